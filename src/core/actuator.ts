@@ -1,0 +1,467 @@
+/**
+ * The lease table and fence rule for one actuator: a pure transition function.
+ *
+ *   step(config, state, input) -> { state, effects }
+ *
+ * No I/O, no clock, no randomness: time arrives as `input.nowMs` (monotonic). Effects are
+ * data, in the order the shell must perform them (see {@link Effect}). Every refusal is a
+ * reply with a contract code, never an exception.
+ */
+import type { ErrorCode } from "./codes.ts";
+import type {
+  ActuatorConfig,
+  ActuatorState,
+  CommandRecord,
+  Effect,
+  ErrorBody,
+  Fence,
+  Input,
+  Lease,
+  LeaseView,
+  Outcome,
+  PointValues,
+  QueuedCommand,
+  Reply,
+  ReplyRef,
+  StepResult,
+} from "./types.ts";
+
+/** The holder name of the gateway's own safe-value writes; not a valid controller holder id. */
+export const GATEWAY_HOLDER = "@gateway";
+
+const MAX_TOKEN = Number.MAX_SAFE_INTEGER;
+
+export interface DurableSnapshot {
+  readonly highestGranted: number;
+  readonly fence: Fence;
+  readonly recent: readonly CommandRecord[];
+}
+
+/** The state after a (re)start: durable parts from the journal, no lease, link unknown (down). */
+export function initialState(snapshot: DurableSnapshot): ActuatorState {
+  return {
+    highestGranted: snapshot.highestGranted,
+    fence: snapshot.fence,
+    lease: null,
+    online: false,
+    queue: [],
+    inFlight: null,
+    recent: snapshot.recent,
+  };
+}
+
+export const EMPTY_SNAPSHOT: DurableSnapshot = { highestGranted: 0, fence: { token: 0, seq: null }, recent: [] };
+
+export function isLive(lease: Lease | null, nowMs: number): lease is Lease {
+  return lease !== null && nowMs < lease.expiresAtMs;
+}
+
+export function viewLease(lease: Lease | null, nowMs: number): LeaseView | null {
+  if (!isLive(lease, nowMs)) return null;
+  return { holder: lease.holder, token: lease.token, expiresInMs: lease.expiresAtMs - nowMs };
+}
+
+/** Lexicographic `(token, seq)` order; a fence seq of null sorts below every seq. */
+export function isAboveFence(token: number, seq: number, fence: Fence): boolean {
+  if (token !== fence.token) return token > fence.token;
+  return fence.seq === null || seq > fence.seq;
+}
+
+function compareFence(a: Fence, b: Fence): number {
+  if (a.token !== b.token) return a.token - b.token;
+  return (a.seq ?? -1) - (b.seq ?? -1);
+}
+
+/** Accumulates the next state and the ordered effects of one step. */
+class Step {
+  readonly effects: Effect[] = [];
+  constructor(
+    readonly config: ActuatorConfig,
+    public state: ActuatorState,
+    readonly nowMs: number,
+  ) {}
+
+  set(patch: Partial<ActuatorState>): void {
+    this.state = { ...this.state, ...patch };
+  }
+  emit(effect: Effect): void {
+    this.effects.push(effect);
+  }
+  reply(ref: ReplyRef, reply: Reply): void {
+    if (ref !== null) this.emit({ kind: "reply", ref, reply });
+  }
+  refuse(ref: ReplyRef, error: ErrorBody, event: { holder?: string; token?: number; seq?: number }): void {
+    this.reply(ref, { ok: false, error });
+    this.emit({ kind: "event", event: { type: "rejected", ...event, code: error.code } });
+  }
+  result(): StepResult {
+    return { state: this.state, effects: this.effects };
+  }
+}
+
+export function step(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const s = new Step(config, state, input.nowMs);
+  expireIfDue(s);
+  switch (input.type) {
+    case "acquire":
+      acquire(s, input.ref, input.holder, input.ttlMs);
+      break;
+    case "renew":
+      renew(s, input.ref, input.holder, input.token);
+      break;
+    case "release":
+      release(s, input.ref, input.holder, input.token);
+      break;
+    case "command":
+      arrive(s, input);
+      break;
+    case "deviceResult":
+      deviceResult(s, input.token, input.seq, input.outcome);
+      break;
+    case "tick":
+      dropOverdue(s);
+      break;
+    case "link":
+      link(s, input.online);
+      break;
+    case "deviceFence":
+      observeDeviceFence(s, { token: input.token, seq: input.seq });
+      break;
+  }
+  pump(s);
+  return s.result();
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases
+
+function expireIfDue(s: Step): void {
+  const { lease } = s.state;
+  if (lease === null || s.nowMs < lease.expiresAtMs) return;
+  s.set({ lease: null });
+  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token } });
+  s.emit({ kind: "stateChanged" });
+  if (s.config.expiryPolicy.kind === "safe") driveToSafe(s, s.config.expiryPolicy.set);
+}
+
+/**
+ * On expiry with policy "safe" the gateway takes a token of its own, which raises the
+ * fence exactly like a grant, and queues the safe value ahead of everything else.
+ */
+function driveToSafe(s: Step, set: PointValues): void {
+  const token = grantToken(s, GATEWAY_HOLDER);
+  if (token === null) return;
+  const cmd: QueuedCommand = {
+    ref: null,
+    holder: GATEWAY_HOLDER,
+    token,
+    seq: 0,
+    set,
+    deadlineAtMs: s.nowMs + s.config.limits.safeWriteDeadlineMs,
+    internal: true,
+  };
+  s.set({ queue: [cmd, ...s.state.queue] });
+}
+
+/** Raises highestGranted and the fence to a fresh token, durably before anything after it. */
+function grantToken(s: Step, holder: string): number | null {
+  if (s.state.highestGranted >= MAX_TOKEN) return null;
+  const token = s.state.highestGranted + 1;
+  s.set({ highestGranted: token, fence: { token, seq: null } });
+  s.emit({ kind: "persist", record: { type: "granted", holder, token } });
+  return token;
+}
+
+function leaseError(s: Step, code: ErrorCode, message: string): ErrorBody {
+  const lease = viewLease(s.state.lease, s.nowMs);
+  return { code, message, fence: s.state.fence, ...(lease ? { lease } : {}) };
+}
+
+function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number): void {
+  const { minTtlMs, maxTtlMs } = s.config.limits;
+  if (!(Number.isSafeInteger(ttlMs) && ttlMs >= minTtlMs && ttlMs <= maxTtlMs)) {
+    s.refuse(ref, { code: "INVALID_REQUEST", message: `ttlMs must be an integer from ${minTtlMs} to ${maxTtlMs}.` }, { holder });
+    return;
+  }
+  const current = s.state.lease;
+  if (isLive(current, s.nowMs)) {
+    if (current.holder !== holder) {
+      s.refuse(ref, leaseError(s, "LEASE_HELD", `The lease is held by ${current.holder} until it expires or is released.`), { holder });
+      return;
+    }
+    // The live holder asking again (typically a retry after a lost reply) keeps its token.
+    const lease: Lease = { ...current, ttlMs, expiresAtMs: s.nowMs + ttlMs };
+    s.set({ lease });
+    s.reply(ref, { ok: true, lease: { holder, token: lease.token, ttlMs } });
+    s.emit({ kind: "event", event: { type: "renewed", holder, token: lease.token } });
+    s.emit({ kind: "stateChanged" });
+    return;
+  }
+  const token = grantToken(s, holder);
+  if (token === null) {
+    s.refuse(ref, { code: "INTERNAL", message: "The token space of this actuator is exhausted; replace its journal and device fence." }, { holder });
+    return;
+  }
+  s.set({ lease: { holder, token, ttlMs, expiresAtMs: s.nowMs + ttlMs } });
+  s.reply(ref, { ok: true, lease: { holder, token, ttlMs } });
+  s.emit({ kind: "event", event: { type: "granted", holder, token } });
+  s.emit({ kind: "stateChanged" });
+}
+
+/**
+ * The checks shared by renew, release and command, in the contract's order (after the
+ * point checks and DUPLICATE, which only commands have). Returns the live lease on success.
+ */
+function checkLeaseToken(s: Step, holder: string, token: number): ErrorBody | Lease {
+  const { fence, highestGranted, lease } = s.state;
+  if (token > highestGranted) return unknownToken(s, token);
+  if (token < fence.token) {
+    return leaseError(s, "STALE_TOKEN", `Token ${token} is below the fence token ${fence.token}: a newer lease exists; re-read state.`);
+  }
+  if (!isLive(lease, s.nowMs) || lease.token !== token) {
+    return leaseError(s, "LEASE_EXPIRED", `The lease for token ${token} has expired or was released; acquire a new one.`);
+  }
+  if (lease.holder !== holder) {
+    return leaseError(s, "NOT_HOLDER", `Token ${token} belongs to holder ${lease.holder}, not ${holder}.`);
+  }
+  return lease;
+}
+
+function unknownToken(s: Step, token: number): ErrorBody {
+  return leaseError(s, "UNKNOWN_TOKEN", `Token ${token} was never granted for this actuator (highest is ${s.state.highestGranted}).`);
+}
+
+function isError(x: ErrorBody | Lease): x is ErrorBody {
+  return "code" in x;
+}
+
+function renew(s: Step, ref: ReplyRef, holder: string, token: number): void {
+  const checked = checkLeaseToken(s, holder, token);
+  if (isError(checked)) {
+    s.refuse(ref, checked, { holder, token });
+    return;
+  }
+  const lease: Lease = { ...checked, expiresAtMs: s.nowMs + checked.ttlMs };
+  s.set({ lease });
+  s.reply(ref, { ok: true, lease: { holder, token, ttlMs: lease.ttlMs } });
+  s.emit({ kind: "event", event: { type: "renewed", holder, token } });
+  s.emit({ kind: "stateChanged" });
+}
+
+function release(s: Step, ref: ReplyRef, holder: string, token: number): void {
+  const checked = checkLeaseToken(s, holder, token);
+  if (isError(checked)) {
+    s.refuse(ref, checked, { holder, token });
+    return;
+  }
+  s.set({ lease: null });
+  s.reply(ref, { ok: true, lease: null });
+  s.emit({ kind: "event", event: { type: "released", holder, token } });
+  s.emit({ kind: "stateChanged" });
+}
+
+// ---------------------------------------------------------------------------------------
+// Commands
+
+function checkPoints(config: ActuatorConfig, set: PointValues): ErrorBody | null {
+  const names = Object.keys(set);
+  for (const name of names) {
+    if (!Object.hasOwn(config.points, name)) {
+      return { code: "UNKNOWN_POINT", message: `set.${name} is not a point of this actuator.` };
+    }
+  }
+  for (const name of names) {
+    if (!config.points[name]!.writable) return { code: "READ_ONLY_POINT", message: `set.${name} is read-only.` };
+  }
+  for (const name of names) {
+    const spec = config.points[name]!;
+    const value = set[name]!;
+    if (!(value >= spec.min && value <= spec.max)) {
+      return { code: "OUT_OF_RANGE", message: `set.${name} = ${value} is outside ${spec.min}..${spec.max}.` };
+    }
+  }
+  return null;
+}
+
+function findRecord(s: Step, holder: string, token: number, seq: number): CommandRecord | undefined {
+  return s.state.recent.find((r) => r.token === token && r.seq === seq && r.holder === holder);
+}
+
+export function outcomeReply(record: CommandRecord & { outcome: Outcome }): Reply {
+  const { outcome, token, seq } = record;
+  if (outcome.kind === "applied") return { ok: true, outcome: "applied", token, seq, applied: outcome.applied };
+  return {
+    ok: false,
+    error: {
+      code: outcome.code,
+      message: outcome.message,
+      ...(outcome.modbusCode !== undefined ? { modbusCode: outcome.modbusCode } : {}),
+    },
+  };
+}
+
+type Verdict = { kind: "accept" } | { kind: "refuse"; error: ErrorBody } | { kind: "pendingDuplicate" };
+
+/** The acceptance rule, identical at arrival and at dequeue. */
+function judge(s: Step, cmd: Pick<QueuedCommand, "holder" | "token" | "seq" | "set" | "internal">): Verdict {
+  if (cmd.internal) {
+    // The gateway's own write is valid only while nothing has moved the fence since.
+    const { fence } = s.state;
+    return fence.token === cmd.token && fence.seq === null
+      ? { kind: "accept" }
+      : { kind: "refuse", error: leaseError(s, "STALE_TOKEN", "A newer lease superseded the safe-value write.") };
+  }
+  const pointError = checkPoints(s.config, cmd.set);
+  if (pointError) return { kind: "refuse", error: pointError };
+  if (cmd.token > s.state.highestGranted) return { kind: "refuse", error: unknownToken(s, cmd.token) };
+  const record = findRecord(s, cmd.holder, cmd.token, cmd.seq);
+  if (record) {
+    if (record.outcome === null) return { kind: "pendingDuplicate" };
+    const original = outcomeReply({ ...record, outcome: record.outcome });
+    return {
+      kind: "refuse",
+      error: {
+        ...leaseError(s, "DUPLICATE", `Command (${cmd.token}, ${cmd.seq}) was already accepted; its original outcome is in "original".`),
+        original,
+      },
+    };
+  }
+  const checked = checkLeaseToken(s, cmd.holder, cmd.token);
+  if (isError(checked)) return { kind: "refuse", error: checked };
+  const { fence } = s.state;
+  if (!isAboveFence(cmd.token, cmd.seq, fence)) {
+    return {
+      kind: "refuse",
+      error: leaseError(s, "STALE_SEQ", `seq ${cmd.seq} is not above the fence (${fence.token}, ${fence.seq}); use a higher seq.`),
+    };
+  }
+  return { kind: "accept" };
+}
+
+function arrive(s: Step, input: Extract<Input, { type: "command" }>): void {
+  const cmd: QueuedCommand = {
+    ref: input.ref,
+    holder: input.holder,
+    token: input.token,
+    seq: input.seq,
+    set: input.set,
+    deadlineAtMs: s.nowMs + input.deadlineMs,
+    internal: false,
+  };
+  const verdict = judge(s, cmd);
+  if (verdict.kind === "refuse") {
+    s.refuse(cmd.ref, verdict.error, cmd);
+    return;
+  }
+  if (!s.state.online) {
+    s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "The link to the device is down; the command was not sent."), cmd);
+    return;
+  }
+  if (s.state.queue.length >= s.config.limits.queueLimit) {
+    s.refuse(cmd.ref, leaseError(s, "OVERLOADED", `The actuator's queue is full (${s.config.limits.queueLimit}); retry later.`), cmd);
+    return;
+  }
+  // A retry of the command now at the device waits its turn and is answered from the record.
+  s.set({ queue: [...s.state.queue, cmd] });
+}
+
+/** Sends the next acceptable queued command to the device, re-judging it at this moment. */
+function pump(s: Step): void {
+  while (s.state.inFlight === null && s.state.queue.length > 0) {
+    const [cmd, ...rest] = s.state.queue as [QueuedCommand, ...QueuedCommand[]];
+    s.set({ queue: rest });
+    if (s.nowMs >= cmd.deadlineAtMs) {
+      s.refuse(cmd.ref, leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."), cmd);
+      continue;
+    }
+    if (!s.state.online) {
+      s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "The link to the device is down; the command was not sent."), cmd);
+      continue;
+    }
+    const verdict = judge(s, cmd);
+    if (verdict.kind === "refuse") {
+      s.refuse(cmd.ref, verdict.error, cmd);
+      continue;
+    }
+    if (verdict.kind === "pendingDuplicate") {
+      // Unreachable while one command is in flight at a time; refusing keeps it safe if not.
+      s.refuse(cmd.ref, leaseError(s, "INTERNAL", "A duplicate found its original still pending."), cmd);
+      continue;
+    }
+    accept(s, cmd);
+  }
+}
+
+function accept(s: Step, cmd: QueuedCommand): void {
+  const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
+  s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: boundRecent([...s.state.recent, record], s.config.limits.recentLimit) });
+  s.emit({ kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
+  s.emit({ kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } });
+  s.emit({ kind: "stateChanged" });
+  s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
+}
+
+function boundRecent(recent: readonly CommandRecord[], limit: number): readonly CommandRecord[] {
+  return recent.length > limit ? recent.slice(recent.length - limit) : recent;
+}
+
+function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): void {
+  const cmd = s.state.inFlight;
+  if (cmd === null || cmd.token !== token || cmd.seq !== seq) return; // not ours: nothing waits for it
+  const recent = s.state.recent.map((r) => (r.token === token && r.seq === seq && r.holder === cmd.holder ? { ...r, outcome } : r));
+  s.set({ inFlight: null, recent });
+  s.emit({ kind: "persist", record: { type: "outcome", token, seq, outcome } });
+  const reply = outcomeReply({ ...cmd, outcome });
+  if (reply.ok) {
+    s.reply(cmd.ref, reply);
+    s.emit({ kind: "event", event: { type: "applied", holder: cmd.holder, token, seq } });
+  } else {
+    s.reply(cmd.ref, { ok: false, error: { ...leaseError(s, reply.error.code, reply.error.message), ...reply.error } });
+    const type = reply.error.code === "OUTCOME_UNKNOWN" ? "outcome-unknown" : "rejected";
+    s.emit({ kind: "event", event: { type, holder: cmd.holder, token, seq, code: reply.error.code } });
+  }
+  s.emit({ kind: "stateChanged" });
+}
+
+function dropOverdue(s: Step): void {
+  const keep: QueuedCommand[] = [];
+  for (const cmd of s.state.queue) {
+    if (s.nowMs >= cmd.deadlineAtMs) {
+      s.refuse(cmd.ref, leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."), cmd);
+    } else {
+      keep.push(cmd);
+    }
+  }
+  if (keep.length !== s.state.queue.length) s.set({ queue: keep });
+}
+
+function link(s: Step, online: boolean): void {
+  if (s.state.online === online) return;
+  s.set({ online });
+  s.emit({ kind: "stateChanged" });
+  if (online) return;
+  for (const cmd of s.state.queue) {
+    s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "The link to the device went down; the command was not sent."), cmd);
+  }
+  s.set({ queue: [] });
+}
+
+/**
+ * A fenced device reports its own stored fence (at start, or after it refused a write).
+ * If it is ahead of ours (a fresh or restored journal), we move up to it so no token at or
+ * below it is ever granted again.
+ */
+function observeDeviceFence(s: Step, device: Fence): void {
+  const fence = compareFence(device, s.state.fence) > 0 ? device : s.state.fence;
+  const highestGranted = Math.max(s.state.highestGranted, device.token);
+  if (fence === s.state.fence && highestGranted === s.state.highestGranted) return;
+  s.set({ fence, highestGranted });
+  // A grant always raises the fence to the new token, so fence.token === highestGranted.
+  s.emit({ kind: "persist", record: { type: "fenceObserved", token: fence.token, seq: fence.seq } });
+  const lease = s.state.lease;
+  if (lease !== null && lease.token < highestGranted) {
+    s.set({ lease: null });
+    s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "STALE_TOKEN" } });
+  }
+  s.emit({ kind: "stateChanged" });
+}

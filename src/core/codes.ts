@@ -1,0 +1,40 @@
+/**
+ * The contract's error codes (shared/spec/mqtt-api-v1.md), in the order the contract
+ * resolves them when several apply. The order is part of the contract: refusals must be
+ * deterministic so a controller can act on the code alone.
+ */
+export const ERROR_CODES = [
+  "INVALID_REQUEST",
+  "RETAINED_REQUEST",
+  "UNKNOWN_ACTUATOR",
+  "UNKNOWN_POINT",
+  "READ_ONLY_POINT",
+  "OUT_OF_RANGE",
+  "LEASE_HELD",
+  "UNKNOWN_TOKEN",
+  "DUPLICATE",
+  "STALE_TOKEN",
+  "LEASE_EXPIRED",
+  "NOT_HOLDER",
+  "STALE_SEQ",
+  "DEADLINE_EXCEEDED",
+  "OVERLOADED",
+  "DEVICE_UNAVAILABLE",
+  "DEVICE_REJECTED",
+  "DEVICE_ERROR",
+  "OUTCOME_UNKNOWN",
+  "INTERNAL",
+] as const;
+
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/** Codes that say the controller's view of the lease/fence is out of date. */
+export const FENCE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  "UNKNOWN_TOKEN",
+  "DUPLICATE",
+  "STALE_TOKEN",
+  "LEASE_EXPIRED",
+  "NOT_HOLDER",
+  "STALE_SEQ",
+  "LEASE_HELD",
+]);

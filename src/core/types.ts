@@ -1,0 +1,197 @@
+import type { ErrorCode } from "./codes.ts";
+
+/**
+ * The fence of an actuator: the highest `(token, seq)` ever accepted, or, right after a
+ * grant, the new token with `seq: null` (the new lease has not commanded yet). A token of
+ * 0 means nothing was ever granted.
+ */
+export interface Fence {
+  readonly token: number;
+  readonly seq: number | null;
+}
+
+/** A live lease. Times are monotonic milliseconds supplied by the shell, never wall time. */
+export interface Lease {
+  readonly holder: string;
+  readonly token: number;
+  readonly ttlMs: number;
+  readonly expiresAtMs: number;
+}
+
+export type PointValues = Readonly<Record<string, number>>;
+
+export interface PointSpec {
+  readonly writable: boolean;
+  readonly min: number;
+  readonly max: number;
+}
+
+export type ExpiryPolicy =
+  | { readonly kind: "hold" }
+  | { readonly kind: "safe"; readonly set: PointValues };
+
+export interface CoreLimits {
+  readonly minTtlMs: number;
+  readonly maxTtlMs: number;
+  /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
+  readonly queueLimit: number;
+  /** Accepted commands remembered to answer retries with DUPLICATE. */
+  readonly recentLimit: number;
+  /** Deadline given to the gateway's own safe-value write on lease expiry. */
+  readonly safeWriteDeadlineMs: number;
+}
+
+export interface ActuatorConfig {
+  readonly points: Readonly<Record<string, PointSpec>>;
+  readonly expiryPolicy: ExpiryPolicy;
+  readonly limits: CoreLimits;
+}
+
+/** How an accepted command ended. `null` in a record means: intent stored, no outcome yet. */
+export type Outcome =
+  | { readonly kind: "applied"; readonly applied: PointValues }
+  | {
+      readonly kind: "failed";
+      readonly code: "DEVICE_REJECTED" | "DEVICE_ERROR" | "DEVICE_UNAVAILABLE" | "OUTCOME_UNKNOWN";
+      readonly message: string;
+      readonly modbusCode?: number;
+    };
+
+export interface CommandRecord {
+  readonly holder: string;
+  readonly token: number;
+  readonly seq: number;
+  readonly set: PointValues;
+  readonly outcome: Outcome | null;
+}
+
+/** The shell's handle for where a reply goes; opaque to the core. `null`: nobody waits. */
+export type ReplyRef = number | null;
+
+export interface QueuedCommand {
+  readonly ref: ReplyRef;
+  readonly holder: string;
+  readonly token: number;
+  readonly seq: number;
+  readonly set: PointValues;
+  readonly deadlineAtMs: number;
+  /** The gateway's own safe-value write: fenced like any other, but needs no lease. */
+  readonly internal: boolean;
+}
+
+export interface ActuatorState {
+  /** Durable: the highest token ever granted for this actuator. */
+  readonly highestGranted: number;
+  /** Durable: see {@link Fence}. */
+  readonly fence: Fence;
+  /** Volatile: gone on restart, by design (a restart is uncertainty). */
+  readonly lease: Lease | null;
+  readonly online: boolean;
+  readonly queue: readonly QueuedCommand[];
+  readonly inFlight: QueuedCommand | null;
+  /** Durable, bounded, oldest first. */
+  readonly recent: readonly CommandRecord[];
+}
+
+/** What the journal stores; each is one atomic durable step. */
+export type JournalRecord =
+  | { readonly type: "granted"; readonly holder: string; readonly token: number }
+  | {
+      readonly type: "intent";
+      readonly holder: string;
+      readonly token: number;
+      readonly seq: number;
+      readonly set: PointValues;
+    }
+  | { readonly type: "outcome"; readonly token: number; readonly seq: number; readonly outcome: Outcome }
+  | { readonly type: "fenceObserved"; readonly token: number; readonly seq: number | null };
+
+export interface LeaseView {
+  readonly holder: string;
+  readonly token: number;
+  readonly expiresInMs: number;
+}
+
+export interface ErrorBody {
+  readonly code: ErrorCode;
+  readonly message: string;
+  readonly fence?: Fence;
+  readonly lease?: LeaseView;
+  readonly original?: Reply;
+  readonly modbusCode?: number;
+}
+
+/** A reply body without the request id; the shell adds `id` and routes it. */
+export type Reply =
+  | { readonly ok: true; readonly lease: { holder: string; token: number; ttlMs: number } | null }
+  | {
+      readonly ok: true;
+      readonly outcome: "applied";
+      readonly token: number;
+      readonly seq: number;
+      readonly applied: PointValues;
+    }
+  | { readonly ok: false; readonly error: ErrorBody };
+
+export type EventType =
+  | "granted"
+  | "renewed"
+  | "released"
+  | "expired"
+  | "accepted"
+  | "rejected"
+  | "applied"
+  | "outcome-unknown";
+
+export interface CoreEvent {
+  readonly type: EventType;
+  readonly holder?: string;
+  readonly token?: number;
+  readonly seq?: number;
+  readonly code?: ErrorCode;
+}
+
+/**
+ * Effects, in the order the shell must carry them out. A `persist` must be durable before
+ * any effect after it in the same list is performed: that is how "durable before the
+ * grant is sent" and "fence durable before the device is written" are kept.
+ */
+export type Effect =
+  | { readonly kind: "persist"; readonly record: JournalRecord }
+  | {
+      readonly kind: "deviceWrite";
+      readonly holder: string;
+      readonly token: number;
+      readonly seq: number;
+      readonly set: PointValues;
+    }
+  | { readonly kind: "reply"; readonly ref: ReplyRef; readonly reply: Reply }
+  | { readonly kind: "event"; readonly event: CoreEvent }
+  | { readonly kind: "stateChanged" };
+
+interface Timed {
+  readonly nowMs: number;
+}
+
+export type Input =
+  | (Timed & { readonly type: "acquire"; readonly ref: ReplyRef; readonly holder: string; readonly ttlMs: number })
+  | (Timed & { readonly type: "renew"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
+  | (Timed & { readonly type: "release"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
+  | (Timed & {
+      readonly type: "command";
+      readonly ref: ReplyRef;
+      readonly holder: string;
+      readonly token: number;
+      readonly seq: number;
+      readonly set: PointValues;
+      readonly deadlineMs: number;
+    })
+  | (Timed & { readonly type: "deviceResult"; readonly token: number; readonly seq: number; readonly outcome: Outcome })
+  | (Timed & { readonly type: "tick" })
+  | (Timed & { readonly type: "link"; readonly online: boolean })
+  | (Timed & { readonly type: "deviceFence"; readonly token: number; readonly seq: number | null });
+
+export interface StepResult {
+  readonly state: ActuatorState;
+  readonly effects: readonly Effect[];
+}
