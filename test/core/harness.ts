@@ -1,0 +1,93 @@
+/** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects. */
+import { EMPTY_SNAPSHOT, initialState, step } from "../../src/core/actuator.ts";
+import type { ActuatorConfig, ActuatorState, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
+
+export const CONFIG: ActuatorConfig = {
+  points: {
+    position: { writable: true, min: 0, max: 100 },
+    speed: { writable: true, min: 1, max: 10 },
+    actual: { writable: false, min: 0, max: 100 },
+  },
+  expiryPolicy: { kind: "hold" },
+  limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeWriteDeadlineMs: 1_000 },
+};
+
+type WithoutTime<T> = T extends unknown ? Omit<T, "nowMs"> : never;
+
+export class CoreDriver {
+  state: ActuatorState;
+  nowMs = 1_000;
+  /** Every effect ever emitted, in order. */
+  readonly log: Effect[] = [];
+  private nextRef = 1;
+
+  constructor(
+    readonly config: ActuatorConfig = CONFIG,
+    online = true,
+  ) {
+    this.state = initialState(EMPTY_SNAPSHOT);
+    if (online) this.feed({ type: "link", online: true });
+  }
+
+  feed(input: WithoutTime<Input>): Effect[] {
+    const result = step(this.config, this.state, { ...input, nowMs: this.nowMs } as Input);
+    this.state = result.state;
+    this.log.push(...result.effects);
+    return [...result.effects];
+  }
+
+  advance(ms: number): Effect[] {
+    this.nowMs += ms;
+    return this.feed({ type: "tick" });
+  }
+
+  ref(): number {
+    return this.nextRef++;
+  }
+
+  /** Sends a request and returns the reply addressed to it in this step (if any). */
+  request(input: WithoutTime<Exclude<Input, { type: "deviceResult" | "tick" | "link" | "deviceFence" }>>): { reply: Reply | undefined; effects: Effect[] } {
+    const effects = this.feed(input);
+    return { reply: replyTo(effects, input.ref), effects };
+  }
+
+  acquire(holder: string, ttlMs = 1_000): Reply | undefined {
+    return this.request({ type: "acquire", ref: this.ref(), holder, ttlMs }).reply;
+  }
+
+  /** Issues a command and, if it reached the device, completes it with `outcome`. */
+  command(
+    holder: string,
+    token: number,
+    seq: number,
+    set: Record<string, number> = { position: 50 },
+    outcome: Outcome | null = { kind: "applied", applied: set },
+  ): Reply | undefined {
+    const ref = this.ref();
+    const first = this.request({ type: "command", ref, holder, token, seq, set, deadlineMs: 5_000 });
+    if (first.reply) return first.reply;
+    if (outcome === null) return undefined;
+    const write = first.effects.find((e) => e.kind === "deviceWrite");
+    if (!write || write.kind !== "deviceWrite") return undefined;
+    return replyTo(this.feed({ type: "deviceResult", token: write.token, seq: write.seq, outcome }), ref);
+  }
+
+  deviceWrites(): Extract<Effect, { kind: "deviceWrite" }>[] {
+    return this.log.filter((e): e is Extract<Effect, { kind: "deviceWrite" }> => e.kind === "deviceWrite");
+  }
+}
+
+export function replyTo(effects: readonly Effect[], ref: number | null): Reply | undefined {
+  for (const e of effects) if (e.kind === "reply" && e.ref === ref) return e.reply;
+  return undefined;
+}
+
+export function codeOf(reply: Reply | undefined): string | undefined {
+  if (reply === undefined) return undefined;
+  return reply.ok ? "OK" : reply.error.code;
+}
+
+export function tokenOf(reply: Reply | undefined): number {
+  if (reply && reply.ok && "lease" in reply && reply.lease) return reply.lease.token;
+  throw new Error(`expected a granted lease, got ${JSON.stringify(reply)}`);
+}
