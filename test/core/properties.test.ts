@@ -22,7 +22,7 @@ const holder = fc.constantFrom(...HOLDERS);
 // Controllers mostly use the token they were last given, sometimes an older or a guessed one.
 const tokenDelta = fc.oneof({ weight: 6, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.integer({ min: -3, max: -1 }) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) });
 const opArb: fc.Arbitrary<Op> = fc.oneof(
-  fc.record({ op: fc.constant("acquire" as const), holder, ttlMs: fc.integer({ min: 100, max: 3_000 }) }),
+  fc.record({ op: fc.constant("acquire" as const), holder, ttlMs: fc.integer({ min: 100, max: 1_500 }) }),
   fc.record({ op: fc.constant("renew" as const), holder, tokenDelta }),
   fc.record({ op: fc.constant("release" as const), holder, tokenDelta }),
   {
@@ -33,7 +33,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       tokenDelta,
       seq: fc.integer({ min: 0, max: 12 }),
       position: fc.integer({ min: 0, max: 100 }),
-      deadlineMs: fc.integer({ min: 1, max: 2_000 }),
+      deadlineMs: fc.integer({ min: 1, max: 30_000 }),
     }),
   },
   { weight: 3, arbitrary: fc.record({ op: fc.constant("result" as const), kind: fc.constantFrom("applied" as const, "unknown" as const, "rejected" as const) }) },
