@@ -465,3 +465,10 @@ function observeDeviceFence(s: Step, device: Fence): void {
   }
   s.emit({ kind: "stateChanged" });
 }
+
+/** When the shell must next feed a `tick`: the lease's expiry or the nearest queued deadline. */
+export function nextWakeMs(state: ActuatorState): number | null {
+  let wake = state.lease?.expiresAtMs ?? Number.POSITIVE_INFINITY;
+  for (const cmd of state.queue) wake = Math.min(wake, cmd.deadlineAtMs);
+  return Number.isFinite(wake) ? wake : null;
+}

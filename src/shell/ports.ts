@@ -4,7 +4,7 @@
  * and the seeded simulator.
  */
 import type { DurableSnapshot } from "../core/actuator.ts";
-import type { JournalRecord } from "../core/types.ts";
+import type { CoreEvent, Fence, JournalRecord, Outcome, PointValues, Reply } from "../core/types.ts";
 
 export interface JournalEntry {
   readonly actuator: string;
@@ -32,4 +32,54 @@ export class JournalError extends Error {
   ) {
     super(`${code}: ${message}`, options);
   }
+}
+
+export interface DeviceCommand {
+  readonly holder: string;
+  readonly token: number;
+  readonly seq: number;
+  readonly set: PointValues;
+}
+
+/** One actuator on a bus. Implementations serialise access to the bus themselves. */
+export interface DevicePort {
+  /** One transaction carrying the command. Resolves with the outcome; never rejects. */
+  write(command: DeviceCommand): Promise<Outcome>;
+  /** Reads the live points. Rejects when the device cannot be reached. */
+  read(): Promise<PointValues>;
+  /** The fence the device itself stores (fenced profile), or null for a plain device. */
+  readFence(): Promise<Fence | null>;
+}
+
+/** Time as the shell sees it. Decisions use only the monotonic clock. */
+export interface Clock {
+  monotonicMs(): number;
+  /** For humans reading states and events; never used in a decision. */
+  wallIso(): string;
+}
+
+export interface Scheduler {
+  /** Calls `fn` once at monotonic time `atMs` (or soon after). Returns a cancel function. */
+  at(atMs: number, fn: () => void): () => void;
+  /** Calls `fn` after the current batch of I/O callbacks: the group-commit window. */
+  defer(fn: () => void): void;
+}
+
+export interface StateView {
+  readonly actuator: string;
+  readonly online: boolean;
+  readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
+  readonly fence: Fence;
+  readonly points: PointValues;
+  readonly at: string;
+}
+
+/** A core decision's reply, or the answer to a `read`. */
+export type OutboundReply = Reply | { readonly ok: true; readonly state: StateView };
+
+/** Where the shell's outward messages go (the MQTT adapter, or a test's recorder). */
+export interface Outbox {
+  reply(ref: number, reply: OutboundReply): void;
+  event(actuator: string, event: CoreEvent & { readonly at: string }): void;
+  state(view: StateView): void;
 }

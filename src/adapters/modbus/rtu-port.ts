@@ -1,0 +1,145 @@
+/**
+ * The serial port object modbus-serial's master talks through, for Modbus RTU.
+ *
+ * Why not modbus-serial's own RTUBufferedPort: it keeps unconsumed bytes across
+ * transactions and scans them for the next answer, so a slave's late reply to a request
+ * that already timed out can be taken for the answer to the next request (libmodbus#83).
+ * Here the receive buffer is emptied whenever a request is written (RTU is half duplex:
+ * nothing received before our request can answer it), a frame is only passed up when its
+ * CRC is valid, and the bus can ask how long the line has been quiet before it sends again.
+ */
+import { EventEmitter } from "node:events";
+import { SerialPort } from "serialport";
+
+export interface RtuLineOptions {
+  readonly path: string;
+  readonly baudRate: number;
+  readonly parity: "none" | "even" | "odd";
+  readonly stopBits: 1 | 2;
+  readonly dataBits: 8;
+}
+
+const EXCEPTION_LENGTH = 5;
+const MAX_BUFFER_BYTES = 512;
+
+export function crc16(buf: Uint8Array, end = buf.length): number {
+  let crc = 0xffff;
+  for (let i = 0; i < end; i++) {
+    crc ^= buf[i]!;
+    for (let b = 0; b < 8; b++) crc = crc & 1 ? (crc >>> 1) ^ 0xa001 : crc >>> 1;
+  }
+  return crc;
+}
+
+function hasValidCrc(frame: Uint8Array): boolean {
+  const n = frame.length;
+  return n >= 4 && crc16(frame, n - 2) === (frame[n - 2]! | (frame[n - 1]! << 8));
+}
+
+/** The length of a normal response to `request`, or null when it cannot be known up front. */
+export function expectedResponseLength(request: Uint8Array): number | null {
+  const fc = request[1];
+  const quantity = request.length >= 6 ? (request[4]! << 8) | request[5]! : 0;
+  switch (fc) {
+    case 1:
+    case 2:
+      return 5 + Math.ceil(quantity / 8);
+    case 3:
+    case 4:
+      return 5 + 2 * quantity;
+    case 5:
+    case 6:
+    case 15:
+    case 16:
+      return 8;
+    default:
+      return null;
+  }
+}
+
+export class RtuPort extends EventEmitter {
+  private port: SerialPort | null = null;
+  private rx = Buffer.alloc(0);
+  private expect: { unit: number; fc: number; length: number | null } | null = null;
+  /** performance.now() of the last byte seen on the line. */
+  lastByteAtMs = 0;
+  // modbus-serial keeps its transaction counters on the port object.
+  _transactionIdRead = 1;
+  _transactionIdWrite = 1;
+
+  constructor(private readonly options: RtuLineOptions) {
+    super();
+  }
+
+  get isOpen(): boolean {
+    return this.port?.isOpen ?? false;
+  }
+
+  open(callback: (err: Error | null) => void): void {
+    const port = new SerialPort({
+      path: this.options.path,
+      baudRate: this.options.baudRate,
+      parity: this.options.parity,
+      stopBits: this.options.stopBits,
+      dataBits: this.options.dataBits,
+      lock: true, // exclusive: a second process on the same adapter would corrupt the bus
+      autoOpen: false,
+    });
+    port.on("data", (chunk: Buffer) => this.onData(chunk));
+    port.on("error", (err) => this.emit("error", err));
+    port.on("close", () => this.emit("close"));
+    port.open((err) => {
+      if (err) {
+        port.removeAllListeners();
+        callback(err);
+        return;
+      }
+      this.port = port;
+      callback(null);
+    });
+  }
+
+  close(callback?: (err?: Error | null) => void): void {
+    const port = this.port;
+    this.port = null;
+    if (!port || !port.isOpen) {
+      callback?.(null);
+      return;
+    }
+    port.close((err) => callback?.(err ?? null));
+  }
+
+  write(data: Buffer): void {
+    this.rx = Buffer.alloc(0);
+    const unit = data[0]!;
+    // A broadcast gets no answer; nothing is expected.
+    this.expect = unit === 0 ? null : { unit, fc: data[1]!, length: expectedResponseLength(data) };
+    this.port?.write(data);
+  }
+
+  /** Drops everything received so far (after a timeout: whatever trickles in is stale). */
+  discardInput(): void {
+    this.rx = Buffer.alloc(0);
+    this.expect = null;
+  }
+
+  private onData(chunk: Buffer): void {
+    this.lastByteAtMs = performance.now();
+    if (this.expect === null) return; // unsolicited or late: never an answer
+    this.rx = Buffer.concat([this.rx, chunk]);
+    if (this.rx.length > MAX_BUFFER_BYTES) this.rx = this.rx.subarray(this.rx.length - MAX_BUFFER_BYTES);
+    const { unit, fc, length } = this.expect;
+    for (let i = 0; i + EXCEPTION_LENGTH <= this.rx.length; i++) {
+      if (this.rx[i] !== unit) continue;
+      const f = this.rx[i + 1];
+      const size = f === fc ? length : f === (fc | 0x80) ? EXCEPTION_LENGTH : null;
+      if (size === null || i + size > this.rx.length) continue;
+      const frame = this.rx.subarray(i, i + size);
+      if (!hasValidCrc(frame)) continue;
+      this.expect = null;
+      this.rx = Buffer.alloc(0);
+      this.emit("data", Buffer.from(frame));
+      return;
+    }
+  }
+}

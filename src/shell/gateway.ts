@@ -1,0 +1,374 @@
+/**
+ * The shell: feeds requests, device results, link changes and time into the pure core,
+ * and carries out the effects it returns, in order, per actuator:
+ *
+ *   persist  → awaited (group commit) before anything after it in the same step
+ *   deviceWrite → started; its outcome comes back as a `deviceResult` input
+ *   reply / event / stateChanged → handed to the outbox
+ *
+ * Effects of successive steps of one actuator run strictly one after another, so a reply
+ * or a published state never runs ahead of the journal.
+ */
+import type { Logger } from "pino";
+import { EMPTY_SNAPSHOT, initialState, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
+import { GroupCommitter } from "./group-commit.ts";
+import type { Clock, DevicePort, Journal, Outbox, Scheduler, StateView } from "./ports.ts";
+
+export type GatewayRequest =
+  | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
+  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number }
+  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number }
+  | {
+      readonly verb: "command";
+      readonly holder: string;
+      readonly token: number;
+      readonly seq: number;
+      readonly set: PointValues;
+      readonly deadlineMs?: number | undefined;
+    }
+  | { readonly verb: "read"; readonly holder?: string | undefined };
+
+export interface ActuatorBinding {
+  readonly id: string;
+  readonly config: ActuatorConfig;
+  readonly device: DevicePort;
+  /** Fenced devices keep their own fence; until it has been read no lease is granted. */
+  readonly fenced: boolean;
+  readonly pollIntervalMs: number;
+  readonly defaultDeadlineMs: number;
+}
+
+export interface GatewayDeps {
+  readonly journal: Journal;
+  readonly clock: Clock;
+  readonly scheduler: Scheduler;
+  readonly outbox: Outbox;
+  readonly log: Logger;
+  readonly actuators: readonly ActuatorBinding[];
+  /** Called when the journal cannot commit: nothing more may be decided. */
+  readonly onFatal: (err: unknown) => void;
+}
+
+/** Raw figures the metrics adapter exposes. */
+export interface GatewayCounters {
+  readonly decisions: Map<string, number>;
+  readonly transactions: number;
+}
+
+class ActuatorRuntime {
+  state: ActuatorState;
+  points: PointValues = {};
+  fenceKnown: boolean;
+  private chain: Promise<void> = Promise.resolve();
+  private cancelWake: (() => void) | null = null;
+  private cancelPoll: (() => void) | null = null;
+  private polling: Promise<boolean> | null = null;
+  private lastPublished = "";
+  closed = false;
+
+  constructor(
+    readonly binding: ActuatorBinding,
+    snapshot: DurableSnapshot,
+    private readonly gw: Gateway,
+  ) {
+    this.state = initialState(snapshot);
+    this.fenceKnown = !binding.fenced;
+  }
+
+  get id(): string {
+    return this.binding.id;
+  }
+
+  dispatch(input: Input): void {
+    const result = step(this.binding.config, this.state, input);
+    this.state = result.state;
+    const snapshot = result.state;
+    if (result.effects.length > 0) {
+      this.chain = this.chain.then(() => this.perform(result.effects, snapshot)).catch((err: unknown) => this.gw.fatal(err));
+    }
+    this.rearmWake();
+  }
+
+  /** Resolves when every effect handed out so far has been carried out. */
+  settled(): Promise<void> {
+    return this.chain;
+  }
+
+  private async perform(effects: readonly Effect[], snapshot: ActuatorState): Promise<void> {
+    const lastStateChange = effects.map((e) => e.kind).lastIndexOf("stateChanged");
+    for (let i = 0; i < effects.length; i++) {
+      const effect = effects[i]!;
+      switch (effect.kind) {
+        case "persist": {
+          // Consecutive records of one step form one durable unit.
+          const entries = [{ actuator: this.id, record: effect.record }];
+          while (effects[i + 1]?.kind === "persist") {
+            const next = effects[++i] as Extract<Effect, { kind: "persist" }>;
+            entries.push({ actuator: this.id, record: next.record });
+          }
+          await this.gw.committer.persist(entries);
+          break;
+        }
+        case "deviceWrite":
+          this.startWrite(effect);
+          break;
+        case "reply":
+          if (effect.ref !== null) this.gw.deps.outbox.reply(effect.ref, effect.reply);
+          break;
+        case "event":
+          this.gw.publishEvent(this.id, effect.event);
+          break;
+        case "stateChanged":
+          if (i === lastStateChange) this.publishState(snapshot);
+          break;
+      }
+    }
+  }
+
+  private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
+    const { device } = this.binding;
+    this.gw.transactions++;
+    device
+      .write(cmd)
+      .then(async (outcome) => {
+        this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
+        if (outcome.kind === "applied") {
+          this.points = { ...this.points, ...outcome.applied };
+          void this.poll();
+        } else if (outcome.code === "DEVICE_REJECTED") {
+          // The device's own fence is ahead of ours: learn it so we never grant below it.
+          await this.readDeviceFence();
+        }
+      })
+      .catch((err: unknown) => this.gw.fatal(err));
+  }
+
+  async readDeviceFence(): Promise<void> {
+    if (!this.binding.fenced) return;
+    try {
+      const fence = await this.binding.device.readFence();
+      if (fence === null || this.closed) return;
+      this.fenceKnown = true;
+      this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
+    } catch (err) {
+      this.gw.deps.log.warn({ actuator: this.id, err: String(err) }, "could not read the device's fence; leases stay unavailable until it can be read");
+    }
+  }
+
+  linkChanged(online: boolean): void {
+    this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
+    if (online) {
+      void this.readDeviceFence();
+      void this.poll();
+    }
+  }
+
+  /** Reads the live points; concurrent callers share the read in progress. */
+  poll(): Promise<boolean> {
+    if (this.closed) return Promise.resolve(false);
+    this.polling ??= this.binding.device
+      .read()
+      .then((points) => {
+        this.points = points;
+        this.publishState(this.state);
+        return true;
+      })
+      .catch(() => false) // the link adapter reports the device offline; state says so
+      .finally(() => {
+        this.polling = null;
+      });
+    return this.polling;
+  }
+
+  startPolling(): void {
+    const loop = () => {
+      if (this.closed) return;
+      void this.poll().finally(() => {
+        if (!this.closed) this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
+      });
+    };
+    loop();
+  }
+
+  view(snapshot: ActuatorState): StateView {
+    const { clock } = this.gw.deps;
+    return {
+      actuator: this.id,
+      online: snapshot.online,
+      lease: viewLease(snapshot.lease, clock.monotonicMs()),
+      fence: snapshot.fence,
+      points: this.points,
+      at: clock.wallIso(),
+    };
+  }
+
+  publishState(snapshot: ActuatorState): void {
+    const view = this.view(snapshot);
+    // Lease countdowns change every millisecond; publish on a change of substance only.
+    const key = JSON.stringify({ ...view, at: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
+    if (key === this.lastPublished) return;
+    this.lastPublished = key;
+    this.gw.deps.outbox.state(view);
+  }
+
+  private rearmWake(): void {
+    const wakeMs = nextWakeMs(this.state);
+    this.cancelWake?.();
+    this.cancelWake = null;
+    if (wakeMs === null || this.closed) return;
+    this.cancelWake = this.gw.deps.scheduler.at(wakeMs, () => {
+      this.cancelWake = null;
+      this.gw.now((nowMs) => this.dispatch({ type: "tick", nowMs }));
+    });
+  }
+
+  stop(): void {
+    this.closed = true;
+    this.cancelWake?.();
+    this.cancelPoll?.();
+  }
+}
+
+export class Gateway {
+  readonly committer: GroupCommitter;
+  private readonly runtimes = new Map<string, ActuatorRuntime>();
+  private nextRef = 1;
+  private accepting = true;
+  private fatalError: unknown = null;
+  transactions = 0;
+
+  constructor(
+    readonly deps: GatewayDeps,
+    snapshots: ReadonlyMap<string, DurableSnapshot>,
+  ) {
+    this.committer = new GroupCommitter(deps.journal, deps.scheduler);
+    for (const binding of deps.actuators) {
+      this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
+    }
+  }
+
+  /** Starts polling every actuator; link changes arrive through {@link linkChanged}. */
+  start(): void {
+    for (const rt of this.runtimes.values()) rt.startPolling();
+  }
+
+  has(actuator: string): boolean {
+    return this.runtimes.has(actuator);
+  }
+
+  actuatorIds(): string[] {
+    return [...this.runtimes.keys()];
+  }
+
+  allocateRef(): number {
+    return this.nextRef++;
+  }
+
+  /** The current view of an actuator (for read requests and /status), or undefined. */
+  view(actuator: string): StateView | undefined {
+    const rt = this.runtimes.get(actuator);
+    return rt?.view(rt.state);
+  }
+
+  /** Handles one validated request. The reply, whatever it is, goes to `ref`. */
+  submit(actuator: string, ref: number, request: GatewayRequest): void {
+    const { outbox } = this.deps;
+    const rt = this.runtimes.get(actuator);
+    if (!rt) {
+      outbox.reply(ref, { ok: false, error: { code: "UNKNOWN_ACTUATOR", message: `No actuator "${actuator}" on this gateway.` } });
+      return;
+    }
+    if (!this.accepting) {
+      outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message: "The gateway is shutting down; retry against it once it is back." } });
+      return;
+    }
+    switch (request.verb) {
+      case "read":
+        void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view(rt.state) }));
+        return;
+      case "lease/acquire":
+        if (!rt.fenceKnown) {
+          outbox.reply(ref, {
+            ok: false,
+            error: { code: "DEVICE_UNAVAILABLE", message: "The device's own fence has not been read yet; no lease is granted until it has." },
+          });
+          return;
+        }
+        this.now((nowMs) => rt.dispatch({ type: "acquire", nowMs, ref, holder: request.holder, ttlMs: request.ttlMs }));
+        return;
+      case "lease/renew":
+        this.now((nowMs) => rt.dispatch({ type: "renew", nowMs, ref, holder: request.holder, token: request.token }));
+        return;
+      case "lease/release":
+        this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token }));
+        return;
+      case "command":
+        this.now((nowMs) =>
+          rt.dispatch({
+            type: "command",
+            nowMs,
+            ref,
+            holder: request.holder,
+            token: request.token,
+            seq: request.seq,
+            set: request.set,
+            deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs,
+          }),
+        );
+        return;
+    }
+  }
+
+  linkChanged(actuator: string, online: boolean): void {
+    this.runtimes.get(actuator)?.linkChanged(online);
+  }
+
+  /** Stops taking requests and waits for every accepted command to finish (or the timeout). */
+  async drain(timeoutMs: number): Promise<boolean> {
+    this.accepting = false;
+    const deadline = this.deps.clock.monotonicMs() + timeoutMs;
+    for (;;) {
+      const busy = [...this.runtimes.values()].some((rt) => rt.state.inFlight !== null || rt.state.queue.length > 0);
+      await Promise.all([...this.runtimes.values()].map((rt) => rt.settled()));
+      if (!busy) break;
+      if (this.deps.clock.monotonicMs() >= deadline) return false;
+      await new Promise<void>((resolve) => this.deps.scheduler.at(this.deps.clock.monotonicMs() + 5, resolve));
+    }
+    for (const rt of this.runtimes.values()) rt.stop();
+    return true;
+  }
+
+  stop(): void {
+    for (const rt of this.runtimes.values()) rt.stop();
+  }
+
+  /** @internal */
+  now(fn: (nowMs: number) => void): void {
+    if (this.fatalError !== null) return;
+    fn(this.deps.clock.monotonicMs());
+  }
+
+  /** @internal */
+  publishEvent(actuator: string, event: CoreEvent): void {
+    this.deps.log.info({ actuator, ...event }, `${event.type}`);
+    this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallIso() });
+  }
+
+  /** @internal */
+  fatal(err: unknown): void {
+    if (this.fatalError !== null) return;
+    this.fatalError = err;
+    this.accepting = false;
+    this.deps.log.fatal({ err: String(err) }, "the journal could not commit; stopping all decisions");
+    this.deps.onFatal(err);
+  }
+
+  state(actuator: string): ActuatorState | undefined {
+    return this.runtimes.get(actuator)?.state;
+  }
+
+  points(actuator: string): PointValues | undefined {
+    return this.runtimes.get(actuator)?.points;
+  }
+}
