@@ -10,6 +10,7 @@
  */
 import { EventEmitter } from "node:events";
 import { SerialPort } from "serialport";
+import { hasValidCrc } from "../../../firmware-bridge/src/rtu.ts";
 
 export interface RtuLineOptions {
   readonly path: string;
@@ -21,20 +22,6 @@ export interface RtuLineOptions {
 
 const EXCEPTION_LENGTH = 5;
 const MAX_BUFFER_BYTES = 512;
-
-export function crc16(buf: Uint8Array, end = buf.length): number {
-  let crc = 0xffff;
-  for (let i = 0; i < end; i++) {
-    crc ^= buf[i]!;
-    for (let b = 0; b < 8; b++) crc = crc & 1 ? (crc >>> 1) ^ 0xa001 : crc >>> 1;
-  }
-  return crc;
-}
-
-function hasValidCrc(frame: Uint8Array): boolean {
-  const n = frame.length;
-  return n >= 4 && crc16(frame, n - 2) === (frame[n - 2]! | (frame[n - 1]! << 8));
-}
 
 /** The length of a normal response to `request`, or null when it cannot be known up front. */
 export function expectedResponseLength(request: Uint8Array): number | null {

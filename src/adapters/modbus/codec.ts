@@ -1,0 +1,49 @@
+/** Engineering values ↔ Modbus registers, as a point's configuration describes them. */
+import type { PointConfig } from "../../config/schema.ts";
+
+const view = new DataView(new ArrayBuffer(4));
+
+function words32(hi: number, lo: number, order: PointConfig["wordOrder"]): [number, number] {
+  return order === "big" ? [hi, lo] : [lo, hi];
+}
+
+/** The registers that carry `value` (engineering units). Rounds to the point's resolution. */
+export function encodePoint(point: PointConfig, value: number): number[] {
+  if (point.type === "f32") {
+    view.setFloat32(0, value);
+    return words32(view.getUint16(0), view.getUint16(2), point.wordOrder);
+  }
+  const raw = Math.round(value / point.scale);
+  switch (point.type) {
+    case "u16":
+      return [raw & 0xffff];
+    case "i16":
+      return [raw & 0xffff];
+    case "u32":
+    case "i32":
+      view.setUint32(0, raw >>> 0);
+      return words32(view.getUint16(0), view.getUint16(2), point.wordOrder);
+  }
+}
+
+/** The engineering value held in `regs` starting at `at`. */
+export function decodePoint(point: PointConfig, regs: readonly number[], at = 0): number {
+  const first = regs[at] ?? 0;
+  if (point.type === "u16") return tidy(first * point.scale);
+  if (point.type === "i16") return tidy(((first << 16) >> 16) * point.scale);
+  const [hi, lo] = words32(first, regs[at + 1] ?? 0, point.wordOrder);
+  view.setUint16(0, hi);
+  view.setUint16(2, lo);
+  if (point.type === "f32") return view.getFloat32(0);
+  const raw = point.type === "u32" ? view.getUint32(0) : view.getInt32(0);
+  return tidy(raw * point.scale);
+}
+
+/** Removes binary float noise from scaling, so 4250 × 0.01 reads 42.5. */
+function tidy(x: number): number {
+  return Number.parseFloat(x.toPrecision(12));
+}
+
+export function registerSpan(point: PointConfig): number {
+  return point.type === "u16" || point.type === "i16" ? 1 : 2;
+}
