@@ -1,0 +1,94 @@
+/**
+ * `loadConfigFile`: the YAML file to a {@link GatewayConfig}, or one {@link ConfigError}
+ * with every problem: YAML syntax (line and column), shape and cross-field rules (path and
+ * line), and the files the configuration names (password, TLS), which are resolved
+ * relative to the configuration file's directory.
+ */
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { LineCounter, parseDocument, type Document } from "yaml";
+import { check, resolvePaths, type Finding } from "./parse.ts";
+import { ConfigError, formatPath, type ConfigProblem, type PathSegment } from "./problems.ts";
+import type { GatewayConfig } from "./schema.ts";
+
+export function loadConfigFile(path: string): GatewayConfig {
+  const file = resolve(path);
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (err) {
+    throw new ConfigError([{ path: "", message: `Cannot read the file: ${reason(err)}.` }], file);
+  }
+  return loadConfigText(text, { file });
+}
+
+/**
+ * The same from text already read; `file` names it in messages and anchors relative paths
+ * (default: the current directory).
+ */
+export function loadConfigText(text: string, options: { readonly file?: string } = {}): GatewayConfig {
+  const baseDir = options.file === undefined ? process.cwd() : dirname(options.file);
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    const problems = doc.errors.map((e): ConfigProblem => {
+      const at = e.linePos?.[0];
+      return { path: "", message: `YAML syntax error: ${firstLine(e.message)}`, ...(at === undefined ? {} : { line: at.line, column: at.col }) };
+    });
+    throw new ConfigError(problems, options.file);
+  }
+  const result = check(doc.toJS());
+  if (!result.ok) throw new ConfigError(byLine(result.found.map((f) => locate(f, doc, lines))), options.file);
+
+  const config = resolvePaths(result.config, baseDir);
+  const fileProblems: ConfigProblem[] = [];
+  const need = (segments: PathSegment[], file: string | undefined): string | undefined => {
+    if (file === undefined) return undefined;
+    try {
+      return readFileSync(file, "utf8");
+    } catch (err) {
+      fileProblems.push(locate({ segments, message: `Cannot read ${file}: ${reason(err)}.` }, doc, lines));
+      return undefined;
+    }
+  };
+  need(["mqtt", "tls", "caFile"], config.mqtt.tls?.caFile);
+  need(["mqtt", "tls", "certFile"], config.mqtt.tls?.certFile);
+  need(["mqtt", "tls", "keyFile"], config.mqtt.tls?.keyFile);
+  const secret = need(["mqtt", "passwordFile"], config.mqtt.passwordFile);
+  const password = secret?.replace(/\r?\n$/, "");
+  if (password === "") {
+    fileProblems.push(locate({ segments: ["mqtt", "passwordFile"], message: `${config.mqtt.passwordFile ?? ""} is empty; put the password in it.` }, doc, lines));
+  }
+  if (fileProblems.length > 0) throw new ConfigError(byLine(fileProblems), options.file);
+  return password === undefined ? config : { ...config, mqtt: { ...config.mqtt, password } };
+}
+
+/** In file order, as the reader will fix them (stable: same line keeps the reported order). */
+function byLine(problems: ConfigProblem[]): ConfigProblem[] {
+  return problems.map((p, i) => ({ p, i })).sort((a, b) => (a.p.line ?? 0) - (b.p.line ?? 0) || a.i - b.i).map(({ p }) => p);
+}
+
+/** The problem with its path formatted and the line of the nearest node that exists. */
+function locate(finding: Finding, doc: Document, lines: LineCounter): ConfigProblem {
+  const problem = { path: formatPath(finding.segments), message: finding.message };
+  for (let n = finding.segments.length; n >= 0; n--) {
+    const node: unknown = n === 0 ? doc.contents : doc.getIn(finding.segments.slice(0, n), true);
+    const range = (node as { range?: [number, number, number] } | null | undefined)?.range;
+    if (range !== undefined) return { ...problem, line: lines.linePos(range[0]).line };
+  }
+  return problem;
+}
+
+/** yaml's message without the position and source excerpt it appends (we report those). */
+function firstLine(message: string): string {
+  const line = message.split("\n", 1)[0] ?? message;
+  return line.replace(/ at line \d+, column \d+:?$/, "").replace(/[^.]$/, "$&.");
+}
+
+function reason(err: unknown): string {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === "ENOENT") return "no such file";
+  if (code === "EACCES") return "permission denied";
+  if (code === "EISDIR") return "it is a directory";
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,519 @@
+/**
+ * The gateway's configuration file, as a zod schema: shape, bounds, defaults and the
+ * cross-field rules. Every refinement here is written against possibly-invalid input and
+ * runs even when a sibling field is wrong, so one parse reports every problem at once.
+ *
+ * Units are in the names: `...Ms` milliseconds, `...S` seconds, `...Bytes` bytes.
+ */
+import { z } from "zod";
+import { closest } from "./problems.ts";
+
+// ---------------------------------------------------------------------------------------
+// Names and small building blocks
+
+/** Actuator ids, bus names and the gateway id: one MQTT topic level, per the API spec. */
+export const ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+/** Point names: the keys of a command's `set`. */
+export const POINT_NAME_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+/** An actuator id that would collide with the `B/gateway/<gatewayId>/status` topic. */
+export const RESERVED_ACTUATOR_IDS: readonly string[] = ["gateway"];
+
+const HOUR_MS = 3_600_000;
+
+function intIn(min: number, max: number, unit = "") {
+  const error = `Must be a whole number${unit} from ${min} to ${max}.`;
+  // Not `.int()`: its issue stops every enclosing refinement, and those must still run so
+  // that one parse reports every problem.
+  return z.number().min(min, { error }).max(max, { error }).refine(Number.isInteger, { error });
+}
+
+/** A duration in whole milliseconds within [min, max]. */
+function ms(min: number, max: number) {
+  return intIn(min, max, " of milliseconds");
+}
+
+function id(what: string) {
+  return z.string().regex(ID_PATTERN, {
+    error: `Must be a valid ${what}: 1 to 64 characters of lower-case letters, digits, "-" and "_", starting with a letter or digit.`,
+  });
+}
+
+function text(what: string, max = 1024) {
+  return z
+    .string()
+    .min(1, { error: `Must not be empty: give the ${what}.` })
+    .max(max, { error: `Must be at most ${max} characters.` });
+}
+
+/**
+ * A strict object: unknown keys are errors (the reporter in parse.ts reads the known keys
+ * off the schema to suggest the closest one).
+ */
+function strict<Shape extends z.core.$ZodLooseShape>(shape: Shape) {
+  return z.strictObject(shape);
+}
+
+/** `when` for refinements that must run even when other fields are wrong (they are defensive). */
+const ALWAYS = { when: () => true } as const;
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function finite(value: unknown): value is number {
+  return typeof value === "number" && Number.isFinite(value);
+}
+
+/** `{minMs, maxMs}`: exponential backoff between attempts, from minMs doubling up to maxMs. */
+function backoff(defaults: { minMs: number; maxMs: number }) {
+  return strict({
+    minMs: ms(10, 600_000).default(defaults.minMs),
+    maxMs: ms(10, 600_000).default(defaults.maxMs),
+  })
+    .superRefine((b, ctx) => {
+      if (finite(b.minMs) && finite(b.maxMs) && b.minMs > b.maxMs) {
+        ctx.addIssue({ code: "custom", path: ["maxMs"], message: `Must be at least minMs (${b.minMs}); the backoff grows from minMs up to maxMs.` });
+      }
+    }, ALWAYS)
+    .prefault({});
+}
+
+// ---------------------------------------------------------------------------------------
+// MQTT
+
+const topicLevel = z
+  .string()
+  .min(1, { error: "Must not be empty." })
+  .max(128, { error: "Must be at most 128 characters." })
+  .refine((s) => !/[+#/\u0000]/.test(s), { error: 'Must be a single MQTT topic level: no "/", "+", "#".' })
+  .refine((s) => !s.startsWith("$"), { error: 'Must not start with "$" (reserved by brokers for $SYS topics).' });
+
+const mqttUrl = z.string().superRefine((raw, ctx) => {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    ctx.addIssue({ code: "custom", message: `"${raw}" is not a URL; write it as mqtt://host:1883 or mqtts://host:8883.` });
+    return;
+  }
+  if (url.protocol !== "mqtt:" && url.protocol !== "mqtts:") {
+    ctx.addIssue({ code: "custom", message: `Must start with mqtt:// or mqtts://, e.g. mqtt://${raw.replace(/^[a-z]+:\/\//, "")}.` });
+    return;
+  }
+  if (url.hostname === "") {
+    ctx.addIssue({ code: "custom", message: "Must name the broker's host, e.g. mqtt://broker.local:1883." });
+  }
+  if (url.username !== "" || url.password !== "") {
+    ctx.addIssue({ code: "custom", message: "Must not contain credentials; use mqtt.username and mqtt.password or mqtt.passwordFile instead." });
+  }
+  if ((url.pathname !== "" && url.pathname !== "/") || url.search !== "" || url.hash !== "") {
+    ctx.addIssue({ code: "custom", message: "Must be only scheme, host and port, e.g. mqtts://broker.local:8883." });
+  }
+});
+
+const tls = strict({
+  /** PEM file with the CA(s) that signed the broker's certificate; default: the system's CAs. */
+  caFile: text("path of the CA certificate file").optional(),
+  /** Client certificate and key (PEM) for brokers that authenticate clients by certificate. */
+  certFile: text("path of the client certificate file").optional(),
+  keyFile: text("path of the client key file").optional(),
+  rejectUnauthorized: z.boolean().default(true),
+}).superRefine((t, ctx) => {
+  if ((t.certFile === undefined) !== (t.keyFile === undefined)) {
+    const missing = t.certFile === undefined ? "certFile" : "keyFile";
+    ctx.addIssue({ code: "custom", path: [missing], message: "certFile and keyFile go together: give both or neither." });
+  }
+}, ALWAYS);
+
+const mqtt = strict({
+  url: mqttUrl,
+  /** Default: `fencegate-<gatewayId>`. Two clients with one id knock each other off the broker. */
+  clientId: text("MQTT client id", 128).optional(),
+  /** 5 (default; replies use v5 response topics when the request has one) or 4 (3.1.1). */
+  protocolVersion: z.union([z.literal(5), z.literal(4)]).default(5),
+  baseTopic: topicLevel.default("fencegate"),
+  username: text("MQTT user name", 256).optional(),
+  password: text("MQTT password", 1024).optional(),
+  /** A file holding only the password; relative to the configuration file's directory. */
+  passwordFile: text("path of the password file").optional(),
+  tls: tls.optional(),
+  /** Allow a username or password over plain mqtt://. Only for a trusted, isolated network. */
+  allowCleartextCredentials: z.boolean().default(false),
+  keepaliveS: intIn(5, 3600, " of seconds").default(30),
+  reconnect: backoff({ minMs: 1000, maxMs: 30_000 }),
+  /** Larger requests are refused with INVALID_REQUEST. The API's contract is 16 KiB. */
+  maxPayloadBytes: intIn(1024, 1_048_576, " of bytes").default(16_384),
+}).superRefine((m, ctx) => {
+  const hasPassword = m.password !== undefined || m.passwordFile !== undefined;
+  if (m.password !== undefined && m.passwordFile !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+  }
+  const scheme = typeof m.url === "string" ? m.url.split(":", 1)[0] : undefined;
+  if (scheme === "mqtt" && (hasPassword || m.username !== undefined) && m.allowCleartextCredentials !== true) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["url"],
+      message: "Credentials would cross the network unencrypted over mqtt://; use mqtts:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
+    });
+  }
+  if (scheme === "mqtt" && m.tls !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["tls"], message: "TLS settings have no effect with an mqtt:// url; use mqtts:// or remove tls." });
+  }
+  if (m.protocolVersion === 4 && hasPassword && m.username === undefined) {
+    ctx.addIssue({ code: "custom", path: ["username"], message: "MQTT 3.1.1 (protocolVersion 4) cannot send a password without a username; add username." });
+  }
+}, ALWAYS);
+
+// ---------------------------------------------------------------------------------------
+// Buses
+
+export const BAUD_RATES = [1200, 2400, 4800, 9600, 19_200, 38_400, 57_600, 115_200] as const;
+
+const baudRate = z.number().refine((n) => (BAUD_RATES as readonly number[]).includes(n), {
+  error: `Must be one of the standard rates: ${BAUD_RATES.join(", ")}.`,
+});
+
+const rtuBus = strict({
+  type: z.literal("rtu"),
+  /** The serial device. Prefer /dev/serial/by-id/...: it survives re-plugging and reboots. */
+  path: text("serial device path, e.g. /dev/serial/by-id/usb-FTDI_...-if00-port0"),
+  baudRate: baudRate.default(19_200),
+  /** Modbus RTU default framing is 8E1: even parity. */
+  parity: z.enum(["none", "even", "odd"]).default("even"),
+  stopBits: z.union([z.literal(1), z.literal(2)]).default(1),
+  dataBits: z.literal(8, { error: "Modbus RTU always uses 8 data bits." }).default(8),
+  /** How long to wait for a reply before the transaction is a timeout. */
+  timeoutMs: ms(10, 60_000).default(1000),
+  /** Extra silence between frames, for slow devices; default: the line's t3.5 only. */
+  interFrameDelayMs: ms(0, 1000).optional(),
+  /** Re-opening the port after it fails or disappears (a USB adapter unplugged). */
+  reconnect: backoff({ minMs: 500, maxMs: 30_000 }),
+});
+
+const tcpBus = strict({
+  type: z.literal("tcp"),
+  host: text("device or Modbus TCP gateway host name or address", 253),
+  port: intIn(1, 65_535).default(502),
+  timeoutMs: ms(10, 60_000).default(1000),
+  reconnect: backoff({ minMs: 500, maxMs: 30_000 }),
+});
+
+const bus = z.discriminatedUnion("type", [rtuBus, tcpBus]);
+
+const buses = z
+  .record(id("bus name"), bus)
+  .superRefine((all, ctx) => {
+    if (!isRecord(all)) return;
+    const byPath = new Map<string, string>();
+    for (const [name, b] of Object.entries(all)) {
+      if (!isRecord(b) || b.type !== "rtu" || typeof b.path !== "string") continue;
+      const other = byPath.get(b.path);
+      if (other !== undefined) {
+        ctx.addIssue({ code: "custom", path: [name, "path"], message: `Serial port "${b.path}" is already used by bus "${other}"; put all units on that port under one bus.` });
+      } else byPath.set(b.path, name);
+    }
+    if (Object.keys(all).length === 0) {
+      ctx.addIssue({ code: "custom", message: "Define at least one bus." });
+    }
+  }, ALWAYS);
+
+// ---------------------------------------------------------------------------------------
+// Points and actuators
+
+export const POINT_TYPES = ["u16", "i16", "u32", "i32", "f32"] as const;
+export type PointType = (typeof POINT_TYPES)[number];
+
+/** Registers a value of this type occupies. */
+export function registerCount(type: PointType): 1 | 2 {
+  return type === "u16" || type === "i16" ? 1 : 2;
+}
+
+/** The raw range of the integer types; f32 is unbounded here (its limits are min/max). */
+const RAW_RANGE: Record<PointType, readonly [number, number]> = {
+  u16: [0, 0xffff],
+  i16: [-0x8000, 0x7fff],
+  u32: [0, 0xffff_ffff],
+  i32: [-0x8000_0000, 0x7fff_ffff],
+  f32: [-3.4028234663852886e38, 3.4028234663852886e38],
+};
+
+/** The engineering-unit range a point of this type and scale can represent. */
+export function representableRange(type: PointType, scale: number): readonly [number, number] {
+  const [lo, hi] = RAW_RANGE[type];
+  return type === "f32" ? [lo, hi] : [round(lo * scale), round(hi * scale)];
+}
+
+/** Removes binary float noise, so 65535 * 0.01 reads 655.35. */
+function round(x: number): number {
+  return Number.parseFloat(x.toPrecision(12));
+}
+
+const point = strict({
+  /** 0-based register address (as on the wire), not the 40001-style number. */
+  register: intIn(0, 65_535),
+  /** holding (FC03 read, FC06/FC16 write) or input (FC04, read-only). */
+  table: z.enum(["holding", "input"]).default("holding"),
+  type: z.enum(POINT_TYPES).default("u16"),
+  /** For 32-bit types: which register holds the high word. "big": the first. */
+  wordOrder: z.enum(["big", "little"]).default("big"),
+  /** value = raw * scale, e.g. 0.01 for a percentage sent as hundredths. */
+  scale: z
+    .number()
+    .refine((n) => Number.isFinite(n) && n > 0, { error: "Must be a number greater than 0 (value = raw × scale)." })
+    .default(1),
+  /** Limits in engineering units; a command outside them is refused with OUT_OF_RANGE. */
+  min: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
+  max: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
+  writable: z.boolean().default(false),
+  /** For display only, e.g. "%", "°C", "Pa". */
+  unit: z.string().max(16, { error: "Must be at most 16 characters." }).optional(),
+})
+  .superRefine((p, ctx) => {
+    const type = (POINT_TYPES as readonly unknown[]).includes(p.type) ? (p.type as PointType) : undefined;
+    if (p.writable === true && p.table === "input") {
+      ctx.addIssue({ code: "custom", path: ["writable"], message: "Input registers cannot be written; use table: holding or set writable: false." });
+    }
+    if (p.writable === true) {
+      for (const bound of ["min", "max"] as const) {
+        if (p[bound] === undefined) {
+          ctx.addIssue({ code: "custom", path: [bound], message: `A writable point needs ${bound}: the ${bound === "min" ? "lowest" : "highest"} value a controller may command.` });
+        }
+      }
+    }
+    if (finite(p.min) && finite(p.max) && p.min > p.max) {
+      ctx.addIssue({ code: "custom", path: ["max"], message: `Must be at least min (${p.min}).` });
+    }
+    if (type !== undefined && type !== "f32" && finite(p.scale) && p.scale > 0) {
+      const [lo, hi] = representableRange(type, p.scale);
+      for (const bound of ["min", "max"] as const) {
+        const v = p[bound];
+        if (finite(v) && (v < lo || v > hi)) {
+          ctx.addIssue({ code: "custom", path: [bound], message: `A ${type} with scale ${p.scale} can only hold ${lo} to ${hi}; change ${bound}, type or scale.` });
+        }
+      }
+    }
+    if (type !== undefined && finite(p.register) && p.register + registerCount(type) - 1 > 65_535) {
+      ctx.addIssue({ code: "custom", path: ["register"], message: `A ${type} takes two registers; the last one would be past 65535.` });
+    }
+  }, ALWAYS)
+  .transform((p) => {
+    const [lo, hi] = representableRange(p.type, p.scale);
+    return { ...p, min: p.min ?? lo, max: p.max ?? hi };
+  });
+
+export type PointConfig = z.output<typeof point>;
+
+const expiry = z
+  .discriminatedUnion("policy", [
+    /** On lease expiry, leave the device as the last command left it. */
+    strict({ policy: z.literal("hold") }),
+    /** On lease expiry, the gateway itself writes these values (fenced like any command). */
+    strict({
+      policy: z.literal("safe"),
+      set: z.record(z.string(), z.number().refine(Number.isFinite, { error: "Must be a finite number." })),
+    }),
+  ])
+  .prefault({ policy: "hold" });
+
+const actuator = strict({
+  /** The `A` in the MQTT topics: unique on this gateway. */
+  id: id("actuator id"),
+  /** The name of a bus under `buses`. */
+  bus: z.string(),
+  /** Modbus unit (slave) id on that bus. */
+  unit: intIn(1, 247),
+  /**
+   * fenced: the firmware checks (token, seq) itself and refuses stale writes (DEVICE_REJECTED);
+   * plain: an ordinary Modbus device, fenced by the gateway only.
+   */
+  profile: z.enum(["fenced", "plain"]),
+  pollIntervalMs: ms(50, HOUR_MS).default(1000),
+  points: z.record(
+    z.string().regex(POINT_NAME_PATTERN, { error: 'Point names are 1 to 64 letters, digits, "-" or "_", starting with a letter.' }),
+    point,
+  ),
+  expiry,
+  /** Reserved for signed commands; not implemented, so only false is accepted. */
+  authenticatedCommands: z.literal(false, { error: "Authenticated commands are not supported yet; remove the setting or set it to false." }).default(false),
+}).superRefine((a, ctx) => {
+  const points = isRecord(a.points) ? a.points : undefined;
+  if (points !== undefined && Object.keys(points).length === 0) {
+    ctx.addIssue({ code: "custom", path: ["points"], message: "An actuator needs at least one point." });
+  }
+  if (points !== undefined) checkRegisterOverlap(points, ctx);
+  if (points !== undefined && isRecord(a.expiry) && a.expiry.policy === "safe" && isRecord(a.expiry.set)) {
+    checkSafeValues(a.expiry.set, points, ctx);
+  }
+}, ALWAYS);
+
+type Ctx = z.core.$RefinementCtx<unknown>;
+
+/** No two points of one actuator may share a register of the same table. */
+function checkRegisterOverlap(points: Record<string, unknown>, ctx: Ctx): void {
+  const seen: { name: string; table: unknown; first: number; last: number }[] = [];
+  for (const [name, p] of Object.entries(points)) {
+    if (!isRecord(p) || !finite(p.register)) continue;
+    const type = (POINT_TYPES as readonly unknown[]).includes(p.type ?? "u16") ? ((p.type ?? "u16") as PointType) : "u16";
+    const table = p.table ?? "holding";
+    const first = p.register;
+    const last = first + registerCount(type) - 1;
+    const clash = seen.find((s) => s.table === table && s.first <= last && first <= s.last);
+    if (clash) {
+      const span = clash.first === clash.last ? `register ${clash.first}` : `registers ${clash.first}-${clash.last}`;
+      ctx.addIssue({ code: "custom", path: ["points", name, "register"], message: `Overlaps point "${clash.name}" (${table} ${span}); give each point its own registers.` });
+    }
+    seen.push({ name, table, first, last });
+  }
+}
+
+/** A safe expiry value must name a writable point and lie within its limits. */
+function checkSafeValues(set: Record<string, unknown>, points: Record<string, unknown>, ctx: Ctx): void {
+  const names = Object.keys(points);
+  if (Object.keys(set).length === 0) {
+    ctx.addIssue({ code: "custom", path: ["expiry", "set"], message: "A safe expiry policy needs at least one point value; or use policy: hold." });
+  }
+  for (const [name, value] of Object.entries(set)) {
+    const path = ["expiry", "set", name];
+    const p = points[name];
+    if (!isRecord(p)) {
+      const guess = closest(name, names);
+      const hint = guess === undefined ? `points here: ${names.join(", ") || "none"}` : `did you mean "${guess}"?`;
+      ctx.addIssue({ code: "custom", path, message: `No point "${name}" on this actuator (${hint}).` });
+      continue;
+    }
+    if (p.writable !== true) {
+      ctx.addIssue({ code: "custom", path, message: `Point "${name}" is read-only; the safe values can only set writable points.` });
+      continue;
+    }
+    const limitsValid = !(finite(p.min) && finite(p.max) && p.min > p.max); // else reported at the point
+    if (limitsValid && finite(value) && ((finite(p.min) && value < p.min) || (finite(p.max) && value > p.max))) {
+      ctx.addIssue({ code: "custom", path, message: `Must lie within the point's limits, ${String(p.min)} to ${String(p.max)}.` });
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Leases, commands and the rest
+
+const leases = strict({
+  minTtlMs: ms(100, HOUR_MS).default(1000),
+  maxTtlMs: ms(100, HOUR_MS).default(300_000),
+  /** Advertised to controllers as a sensible ttlMs; each acquire still names its own. */
+  defaultTtlMs: ms(100, HOUR_MS).default(10_000),
+})
+  .superRefine((l, ctx) => {
+    if (finite(l.minTtlMs) && finite(l.maxTtlMs) && l.minTtlMs > l.maxTtlMs) {
+      ctx.addIssue({ code: "custom", path: ["maxTtlMs"], message: `Must be at least minTtlMs (${l.minTtlMs}).` });
+    }
+    if (finite(l.defaultTtlMs) && finite(l.minTtlMs) && l.defaultTtlMs < l.minTtlMs) {
+      ctx.addIssue({ code: "custom", path: ["defaultTtlMs"], message: `Must be at least minTtlMs (${l.minTtlMs}).` });
+    } else if (finite(l.defaultTtlMs) && finite(l.maxTtlMs) && l.defaultTtlMs > l.maxTtlMs) {
+      ctx.addIssue({ code: "custom", path: ["defaultTtlMs"], message: `Must be at most maxTtlMs (${l.maxTtlMs}).` });
+    }
+  }, ALWAYS)
+  .prefault({});
+
+const commands = strict({
+  /** How long a command may wait before DEADLINE_EXCEEDED, when the request gives no deadlineMs. */
+  defaultDeadlineMs: ms(10, HOUR_MS).default(5000),
+  /** The largest deadlineMs a request may ask for. */
+  maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
+  /** Deadline of the gateway's own safe-value write when a lease expires. */
+  safeWriteDeadlineMs: ms(10, HOUR_MS).default(5000),
+  /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
+  queueLimit: intIn(1, 1024).default(16),
+  /** Accepted commands remembered per actuator, to answer retries with DUPLICATE. */
+  recentLimit: intIn(1, 10_000).default(64),
+})
+  .superRefine((c, ctx) => {
+    if (finite(c.defaultDeadlineMs) && finite(c.maxDeadlineMs) && c.defaultDeadlineMs > c.maxDeadlineMs) {
+      ctx.addIssue({ code: "custom", path: ["defaultDeadlineMs"], message: `Must be at most maxDeadlineMs (${c.maxDeadlineMs}).` });
+    }
+  }, ALWAYS)
+  .prefault({});
+
+const journal = strict({
+  /** The SQLite journal; relative to the configuration file's directory. */
+  path: text("journal file path").default("/var/lib/fencegate/journal.db"),
+}).prefault({});
+
+const logging = strict({
+  level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
+}).prefault({});
+
+const metrics = strict({
+  enabled: z.boolean().default(true),
+  /** Prometheus scrape endpoint; loopback by default. */
+  host: text("address to listen on", 253).default("127.0.0.1"),
+  port: intIn(1, 65_535).default(9464),
+}).prefault({});
+
+const shutdown = strict({
+  /** On SIGTERM: how long to let queued and in-flight commands finish before exiting. */
+  drainTimeoutMs: ms(0, 60_000).default(5000),
+}).prefault({});
+
+// ---------------------------------------------------------------------------------------
+// The whole file
+
+export const gatewayConfigSchema = strict({
+  /** This gateway's name: the `<gatewayId>` in `B/gateway/<gatewayId>/status`. */
+  gatewayId: id("gateway id"),
+  mqtt,
+  buses,
+  actuators: z.array(actuator).min(1, { error: "Define at least one actuator." }),
+  leases,
+  commands,
+  journal,
+  logging,
+  metrics,
+  shutdown,
+})
+  .superRefine(checkReferences, ALWAYS)
+  .transform((c) => ({
+    ...c,
+    mqtt: { ...c.mqtt, clientId: c.mqtt.clientId ?? `fencegate-${c.gatewayId}` },
+  }));
+
+/** Actuators against buses and each other: ids unique, buses exist, units unique per bus. */
+function checkReferences(root: unknown, ctx: Ctx): void {
+  if (!isRecord(root) || !Array.isArray(root.actuators)) return;
+  const buses = isRecord(root.buses) ? root.buses : undefined;
+  const busNames = buses === undefined ? [] : Object.keys(buses);
+  const ids = new Map<string, number>();
+  const units = new Map<string, number>();
+  root.actuators.forEach((a: unknown, i: number) => {
+    if (!isRecord(a)) return;
+    if (typeof a.id === "string") {
+      const previous = ids.get(a.id);
+      if (previous !== undefined) {
+        ctx.addIssue({ code: "custom", path: ["actuators", i, "id"], message: `Actuator id "${a.id}" is already used by actuators[${previous}]; ids must be unique.` });
+      } else ids.set(a.id, i);
+      if (RESERVED_ACTUATOR_IDS.includes(a.id)) {
+        ctx.addIssue({ code: "custom", path: ["actuators", i, "id"], message: `"${a.id}" is reserved (its topics would collide with the gateway status topic); choose another id.` });
+      }
+    }
+    if (typeof a.bus !== "string" || buses === undefined) return;
+    if (!Object.hasOwn(buses, a.bus)) {
+      const guess = closest(a.bus, busNames);
+      const hint = guess === undefined ? `buses defined: ${busNames.join(", ") || "none"}` : `did you mean "${guess}"?`;
+      ctx.addIssue({ code: "custom", path: ["actuators", i, "bus"], message: `No bus named "${a.bus}" under buses (${hint}).` });
+      return;
+    }
+    if (!Number.isInteger(a.unit)) return;
+    const key = `${a.bus}\u0000${String(a.unit)}`;
+    const previous = units.get(key);
+    if (previous !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["actuators", i, "unit"], message: `Unit ${String(a.unit)} on bus "${a.bus}" is already used by actuators[${previous}]; each device on a bus needs its own unit id.` });
+    } else units.set(key, i);
+  });
+}
+
+/** The configuration as parsed, with every default applied. */
+export type GatewayConfig = z.output<typeof gatewayConfigSchema>;
+export type MqttConfig = GatewayConfig["mqtt"];
+export type BusConfig = GatewayConfig["buses"][string];
+export type RtuBusConfig = Extract<BusConfig, { type: "rtu" }>;
+export type TcpBusConfig = Extract<BusConfig, { type: "tcp" }>;
+export type ActuatorEntry = GatewayConfig["actuators"][number];
+export type ExpiryConfig = ActuatorEntry["expiry"];

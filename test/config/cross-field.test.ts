@@ -1,0 +1,187 @@
+import { describe, expect, it } from "vitest";
+import { parseConfig } from "../../src/config/index.ts";
+import { minimalConfig } from "./fixture.ts";
+import { onlyProblem, pathsOf } from "./helpers.ts";
+
+describe("cross-field checks", () => {
+  it("the minimal fixture is valid", () => {
+    expect(() => parseConfig(minimalConfig())).not.toThrow();
+  });
+
+  it("actuator ids must be unique", () => {
+    const c = minimalConfig();
+    c.actuators[1].id = "valve-1";
+    expect(onlyProblem(c)).toEqual({ path: "actuators[1].id", message: 'Actuator id "valve-1" is already used by actuators[0]; ids must be unique.' });
+  });
+
+  it("actuator ids must match the MQTT API's pattern", () => {
+    const c = minimalConfig();
+    c.actuators[0].id = "Valve 1";
+    c.actuators[1].id = "x".repeat(65);
+    expect(pathsOf(c)).toEqual(["actuators[0].id", "actuators[1].id"]);
+  });
+
+  it('the actuator id "gateway" is reserved for the gateway status topic', () => {
+    const c = minimalConfig();
+    c.actuators[1].id = "gateway";
+    expect(onlyProblem(c).path).toBe("actuators[1].id");
+  });
+
+  it("every actuator's bus must exist, with a suggestion for a typo", () => {
+    const c = minimalConfig();
+    c.actuators[0].bus = "lin1";
+    c.actuators[1].bus = "elsewhere";
+    const [typo, unknown] = [onlyFor(c, "actuators[0].bus"), onlyFor(c, "actuators[1].bus")];
+    expect(typo).toBe('No bus named "lin1" under buses (did you mean "line1"?).');
+    expect(unknown).toBe('No bus named "elsewhere" under buses (buses defined: line1, plc).');
+  });
+
+  it("unit ids must be unique per bus", () => {
+    const c = minimalConfig();
+    c.actuators[1].unit = 1;
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[1].unit",
+      message: 'Unit 1 on bus "line1" is already used by actuators[0]; each device on a bus needs its own unit id.',
+    });
+  });
+
+  it("the same unit id on different buses is fine", () => {
+    const c = minimalConfig();
+    c.actuators[1].unit = 1;
+    c.actuators[1].bus = "plc";
+    expect(() => parseConfig(c)).not.toThrow();
+  });
+
+  it("unit ids must be from 1 to 247", () => {
+    const c = minimalConfig();
+    c.actuators[0].unit = 0;
+    c.actuators[1].unit = 248;
+    expect(pathsOf(c)).toEqual(["actuators[0].unit", "actuators[1].unit"]);
+  });
+
+  it("two buses may not share a serial port", () => {
+    const c = minimalConfig();
+    c.buses.line2 = { type: "rtu", path: "/dev/ttyUSB0", baudRate: 9600 };
+    expect(onlyProblem(c)).toEqual({
+      path: "buses.line2.path",
+      message: 'Serial port "/dev/ttyUSB0" is already used by bus "line1"; put all units on that port under one bus.',
+    });
+  });
+
+  it("a point's min must not exceed its max", () => {
+    const c = minimalConfig();
+    c.actuators[0].points.position.min = 60;
+    c.actuators[0].points.position.max = 40;
+    expect(onlyProblem(c)).toEqual({ path: "actuators[0].points.position.max", message: "Must be at least min (60)." });
+  });
+
+  it("a point's limits must fit its register type and scale", () => {
+    const c = minimalConfig();
+    c.actuators[0].points.position.max = 1000;
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[0].points.position.max",
+      message: "A u16 with scale 0.01 can only hold 0 to 655.35; change max, type or scale.",
+    });
+  });
+
+  it("a writable point needs min and max", () => {
+    const c = minimalConfig();
+    delete c.actuators[1].points.position.min;
+    delete c.actuators[1].points.position.max;
+    expect(pathsOf(c)).toEqual(["actuators[1].points.position.min", "actuators[1].points.position.max"]);
+  });
+
+  it("an input register cannot be writable", () => {
+    const c = minimalConfig();
+    c.actuators[1].points.position.table = "input";
+    expect(onlyProblem(c).path).toBe("actuators[1].points.position.writable");
+  });
+
+  it("lease TTL bounds must satisfy min <= default <= max", () => {
+    const low = minimalConfig();
+    low.leases = { minTtlMs: 2000, defaultTtlMs: 1000, maxTtlMs: 60_000 };
+    expect(onlyProblem(low)).toEqual({ path: "leases.defaultTtlMs", message: "Must be at least minTtlMs (2000)." });
+    const high = minimalConfig();
+    high.leases = { minTtlMs: 1000, defaultTtlMs: 90_000, maxTtlMs: 60_000 };
+    expect(onlyProblem(high)).toEqual({ path: "leases.defaultTtlMs", message: "Must be at most maxTtlMs (60000)." });
+    const inverted = minimalConfig();
+    inverted.leases = { minTtlMs: 5000, defaultTtlMs: 5000, maxTtlMs: 4000 };
+    expect(pathsOf(inverted)).toEqual(["leases.maxTtlMs", "leases.defaultTtlMs"]);
+  });
+
+  it("lease TTL bounds stay within 100 ms and 1 h", () => {
+    const c = minimalConfig();
+    c.leases = { minTtlMs: 99, maxTtlMs: 3_600_001 };
+    expect(pathsOf(c)).toEqual(["leases.minTtlMs", "leases.maxTtlMs"]);
+  });
+
+  it("the default command deadline must not exceed the maximum", () => {
+    const c = minimalConfig();
+    c.commands = { defaultDeadlineMs: 10_000, maxDeadlineMs: 5000 };
+    expect(onlyProblem(c).path).toBe("commands.defaultDeadlineMs");
+  });
+
+  it("a backoff's minMs must not exceed its maxMs", () => {
+    const c = minimalConfig();
+    c.buses.plc.reconnect = { minMs: 5000, maxMs: 1000 };
+    expect(onlyProblem(c).path).toBe("buses.plc.reconnect.maxMs");
+  });
+
+  it("safe expiry values must name existing points", () => {
+    const c = minimalConfig();
+    c.actuators[0].expiry.set = { postion: 0 };
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[0].expiry.set.postion",
+      message: 'No point "postion" on this actuator (did you mean "position"?).',
+    });
+  });
+
+  it("safe expiry values must name writable points", () => {
+    const c = minimalConfig();
+    c.actuators[0].expiry.set = { position: 0, actual: 0 };
+    expect(onlyProblem(c).path).toBe("actuators[0].expiry.set.actual");
+  });
+
+  it("safe expiry values must lie within the point's limits", () => {
+    const c = minimalConfig();
+    c.actuators[0].expiry.set = { position: 120 };
+    expect(onlyProblem(c)).toEqual({ path: "actuators[0].expiry.set.position", message: "Must lie within the point's limits, 0 to 100." });
+  });
+
+  it("a safe expiry policy needs at least one value", () => {
+    const c = minimalConfig();
+    c.actuators[0].expiry.set = {};
+    expect(onlyProblem(c).path).toBe("actuators[0].expiry.set");
+  });
+
+  it("point registers of one actuator must not overlap, 32-bit types taking two", () => {
+    const c = minimalConfig();
+    c.actuators[0].points.total = { register: 99, type: "u32" };
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[0].points.total.register",
+      message: 'Overlaps point "position" (holding register 100); give each point its own registers.',
+    });
+  });
+
+  it("the same register number in the holding and input tables does not overlap", () => {
+    const c = minimalConfig();
+    c.actuators[0].points.actual.register = 100;
+    c.actuators[0].points.actual.table = "input";
+    expect(() => parseConfig(c)).not.toThrow();
+  });
+
+  it("authenticated commands are refused until they are implemented", () => {
+    const c = minimalConfig();
+    c.actuators[0].authenticatedCommands = true;
+    expect(onlyProblem(c).path).toBe("actuators[0].authenticatedCommands");
+  });
+});
+
+function onlyFor(value: unknown, path: string): string | undefined {
+  try {
+    parseConfig(value);
+  } catch (err) {
+    return (err as { problems: { path: string; message: string }[] }).problems.find((p) => p.path === path)?.message;
+  }
+  return undefined;
+}

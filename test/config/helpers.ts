@@ -1,0 +1,24 @@
+import { expect } from "vitest";
+import { ConfigError, parseConfig, type ConfigProblem } from "../../src/config/index.ts";
+
+/** The problems `parseConfig` reports for `value`; fails the test if it parses. */
+export function problemsOf(value: unknown): readonly ConfigProblem[] {
+  try {
+    parseConfig(value);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as ConfigError).problems;
+  }
+  throw new Error("expected the configuration to be refused");
+}
+
+export function pathsOf(value: unknown): string[] {
+  return problemsOf(value).map((p) => p.path);
+}
+
+/** The one problem reported at `path`; fails unless there is exactly one problem in all. */
+export function onlyProblem(value: unknown): ConfigProblem {
+  const problems = problemsOf(value);
+  expect(problems, JSON.stringify(problems)).toHaveLength(1);
+  return problems[0]!;
+}
