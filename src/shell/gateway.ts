@@ -27,7 +27,7 @@ export type GatewayRequest =
       readonly set: PointValues;
       readonly deadlineMs?: number | undefined;
     }
-  | { readonly verb: "read"; readonly holder?: string | undefined };
+  | { readonly verb: "read"; readonly holder?: string | null | undefined };
 
 export interface ActuatorBinding {
   readonly id: string;
@@ -199,7 +199,7 @@ class ActuatorRuntime {
       lease: viewLease(snapshot.lease, clock.monotonicMs()),
       fence: snapshot.fence,
       points: this.points,
-      at: clock.wallIso(),
+      at: clock.wallNow(),
     };
   }
 
@@ -352,7 +352,7 @@ export class Gateway {
   /** @internal */
   publishEvent(actuator: string, event: CoreEvent): void {
     this.deps.log.info({ actuator, ...event }, `${event.type}`);
-    this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallIso() });
+    this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 
   /** @internal */

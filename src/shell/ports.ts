@@ -55,7 +55,7 @@ export interface DevicePort {
 export interface Clock {
   monotonicMs(): number;
   /** For humans reading states and events; never used in a decision. */
-  wallIso(): string;
+  wallNow(): Date;
 }
 
 export interface Scheduler {
@@ -71,7 +71,8 @@ export interface StateView {
   readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
   readonly fence: Fence;
   readonly points: PointValues;
-  readonly at: string;
+  /** Wall-clock time of the snapshot: informative only, no decision depends on it. */
+  readonly at: Date;
 }
 
 /** A core decision's reply, or the answer to a `read`. */
@@ -80,6 +81,6 @@ export type OutboundReply = Reply | { readonly ok: true; readonly state: StateVi
 /** Where the shell's outward messages go (the MQTT adapter, or a test's recorder). */
 export interface Outbox {
   reply(ref: number, reply: OutboundReply): void;
-  event(actuator: string, event: CoreEvent & { readonly at: string }): void;
+  event(actuator: string, event: CoreEvent & { readonly at: Date }): void;
   state(view: StateView): void;
 }

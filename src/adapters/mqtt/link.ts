@@ -1,0 +1,218 @@
+/**
+ * The gateway's MQTT connection: receives requests, hands them to the shell, and carries
+ * the shell's replies, events and retained states out, as shared/spec/mqtt-api-v1.md says.
+ *
+ * - Clean session (v5: session expiry 0): a broker-queued backlog from an earlier session
+ *   is never replayed into the actuators.
+ * - TCP_NODELAY from the first byte: with Nagle and delayed ACK a request/reply round trip
+ *   costs ~88 ms instead of ~0.2 ms (field notes).
+ * - Last will `offline` on the gateway status topic; `online` once connected.
+ * - Reconnects with exponential backoff; every actuator's state is re-published on connect.
+ */
+import { readFileSync } from "node:fs";
+import net from "node:net";
+import tls from "node:tls";
+import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket } from "mqtt";
+import type { Logger } from "pino";
+import type { MqttConfig } from "../../config/schema.ts";
+import type { CoreEvent } from "../../core/types.ts";
+import type { GatewayRequest } from "../../shell/gateway.ts";
+import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
+import { eventPayload, gatewayStatusPayload, readReplyPayload, refusalPayload, replyPayload, statePayload } from "./payloads.ts";
+import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
+import { eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
+
+/** What the link needs from the shell. */
+export interface RequestSink {
+  allocateRef(): number;
+  submit(actuator: string, ref: number, request: GatewayRequest): void;
+  actuatorIds(): string[];
+  view(actuator: string): StateView | undefined;
+}
+
+export interface MqttLinkOptions {
+  readonly mqtt: MqttConfig;
+  readonly gatewayId: string;
+  readonly limits: RequestLimits;
+  readonly log: Logger;
+  /** Replies owed at once; beyond this a request is refused OVERLOADED at the door. */
+  readonly maxPendingReplies: number;
+}
+
+export interface MqttLinkCounters {
+  requests: number;
+  unanswerable: Map<string, number>;
+  refusedAtEdge: Map<string, number>;
+}
+
+function streamBuilder(mqtt: MqttConfig): () => net.Socket {
+  const url = new URL(mqtt.url);
+  const secure = url.protocol === "mqtts:";
+  const port = Number(url.port || (secure ? 8883 : 1883));
+  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+  if (!secure) return () => net.createConnection({ host, port, noDelay: true });
+  const t = mqtt.tls;
+  const options: tls.ConnectionOptions = {
+    host,
+    port,
+    servername: net.isIP(host) ? undefined : host,
+    rejectUnauthorized: t?.rejectUnauthorized ?? true,
+    ...(t?.caFile ? { ca: readFileSync(t.caFile) } : {}),
+    ...(t?.certFile ? { cert: readFileSync(t.certFile) } : {}),
+    ...(t?.keyFile ? { key: readFileSync(t.keyFile) } : {}),
+  };
+  return () => {
+    const socket = tls.connect(options);
+    socket.setNoDelay(true);
+    return socket;
+  };
+}
+
+export class MqttLink implements Outbox {
+  private client: MqttClient | null = null;
+  private sink: RequestSink | null = null;
+  private readonly routes = new Map<number, { id: string; route: ReplyRoute }>();
+  private reconnectMs: number;
+  readonly counters: MqttLinkCounters = { requests: 0, unanswerable: new Map(), refusedAtEdge: new Map() };
+  private readonly base: string;
+  private readonly v5: boolean;
+
+  constructor(private readonly options: MqttLinkOptions) {
+    this.base = options.mqtt.baseTopic;
+    this.v5 = options.mqtt.protocolVersion === 5;
+    this.reconnectMs = options.mqtt.reconnect.minMs;
+  }
+
+  get connected(): boolean {
+    return this.client?.connected ?? false;
+  }
+
+  /** Connects and starts taking requests for `sink`. Resolves on the first connection. */
+  start(sink: RequestSink): Promise<void> {
+    this.sink = sink;
+    const { mqtt, gatewayId, log } = this.options;
+    const statusTopic = gatewayStatusTopic(this.base, gatewayId);
+    const clientOptions: IClientOptions = {
+      protocolVersion: mqtt.protocolVersion,
+      clientId: mqtt.clientId ?? `fencegate-${gatewayId}`,
+      clean: true,
+      keepalive: mqtt.keepaliveS,
+      reconnectPeriod: this.reconnectMs,
+      connectTimeout: 10_000,
+      resubscribe: false, // we subscribe on every connect ourselves
+      queueQoSZero: false,
+      ...(this.v5 ? { properties: { sessionExpiryInterval: 0 } } : {}),
+      ...(mqtt.username !== undefined ? { username: mqtt.username } : {}),
+      ...(mqtt.password !== undefined ? { password: mqtt.password } : {}),
+      will: { topic: statusTopic, payload: Buffer.from(gatewayStatusPayload(false)), qos: 1, retain: true },
+    };
+    const client = new MqttClient(streamBuilder(mqtt), clientOptions);
+    this.client = client;
+    client.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet));
+    client.on("error", (err) => log.warn({ err: err.message }, "MQTT error"));
+    client.on("close", () => {
+      client.options.reconnectPeriod = this.reconnectMs;
+      this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
+    });
+    client.on("offline", () => log.warn({ broker: mqtt.url, retryInMs: client.options.reconnectPeriod }, "MQTT broker unreachable; reconnecting"));
+    return new Promise((resolve) => {
+      client.on("connect", () => {
+        this.reconnectMs = mqtt.reconnect.minMs;
+        client.options.reconnectPeriod = this.reconnectMs;
+        log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion }, "MQTT connected");
+        client.publish(statusTopic, gatewayStatusPayload(true), { qos: 1, retain: true });
+        client.subscribe([...requestSubscriptions(this.base)], { qos: 1 }, (err) => {
+          if (err) log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
+        });
+        for (const id of sink.actuatorIds()) {
+          const view = sink.view(id);
+          if (view) this.state(view);
+        }
+        resolve();
+      });
+    });
+  }
+
+  private count(map: Map<string, number>, key: string): void {
+    map.set(key, (map.get(key) ?? 0) + 1);
+  }
+
+  private onMessage(topic: string, payload: Buffer, packet: IPublishPacket): void {
+    const sink = this.sink;
+    const where = parseRequestTopic(this.base, topic);
+    if (!sink || !where) return;
+    this.counters.requests++;
+    const parsed = parseRequest({
+      base: this.base,
+      actuator: where.actuator,
+      verb: where.verb,
+      payload,
+      retain: packet.retain,
+      responseTopic: packet.properties?.responseTopic,
+      correlationData: packet.properties?.correlationData,
+      limits: this.options.limits,
+    });
+    if (parsed.kind === "unanswerable") {
+      this.count(this.counters.unanswerable, parsed.cause);
+      this.options.log.warn({ topic, cause: parsed.cause }, `request dropped without reply: ${parsed.reason}`);
+      return;
+    }
+    if (parsed.kind === "refused") {
+      this.count(this.counters.refusedAtEdge, parsed.code);
+      this.options.log.info({ actuator: where.actuator, id: parsed.id, code: parsed.code }, parsed.message);
+      this.publishReply(parsed.route, refusalPayload(parsed));
+      return;
+    }
+    const { request, route } = parsed;
+    if (this.routes.size >= this.options.maxPendingReplies) {
+      this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message: "The gateway has too many requests in progress; retry shortly." } }));
+      return;
+    }
+    const ref = sink.allocateRef();
+    this.routes.set(ref, { id: request.id, route });
+    sink.submit(request.actuator, ref, request);
+  }
+
+  private publishReply(route: ReplyRoute, payload: string): void {
+    const opts: IClientPublishOptions = { qos: 1, retain: false };
+    if (route.kind === "responseTopic") {
+      if (route.correlationData) opts.properties = { correlationData: route.correlationData };
+      this.publish(route.responseTopic, payload, opts);
+    } else {
+      this.publish(route.holderTopic, payload, opts);
+    }
+  }
+
+  /** Publishes only while connected: a reply owed to a dead connection is not queued up. */
+  private publish(topic: string, payload: string, opts: IClientPublishOptions): void {
+    const client = this.client;
+    if (!client?.connected) return;
+    client.publish(topic, payload, opts);
+  }
+
+  reply(ref: number, reply: OutboundReply): void {
+    const pending = this.routes.get(ref);
+    if (!pending) return;
+    this.routes.delete(ref);
+    const payload = "state" in reply ? readReplyPayload(pending.id, reply.state) : replyPayload(pending.id, reply);
+    this.publishReply(pending.route, payload);
+  }
+
+  event(actuator: string, event: CoreEvent & { readonly at: Date }): void {
+    this.publish(eventsTopic(this.base, actuator), eventPayload(event, event.at), { qos: 1, retain: false });
+  }
+
+  state(view: StateView): void {
+    this.publish(stateTopic(this.base, view.actuator), statePayload(view), { qos: 1, retain: true });
+  }
+
+  /** Publishes `offline` (the clean-shutdown twin of the last will) and disconnects. */
+  async stop(): Promise<void> {
+    const client = this.client;
+    if (!client) return;
+    if (client.connected) {
+      await client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), { qos: 1, retain: true }).catch(() => {});
+    }
+    await client.endAsync();
+  }
+}
