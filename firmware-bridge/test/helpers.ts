@@ -1,0 +1,58 @@
+/** Shared by the firmware-bridge tests: a modbus-serial master and raw line access. */
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import M from "modbus-serial";
+import { SerialPort } from "serialport";
+
+const ModbusRTU = M.default;
+export type Master = InstanceType<typeof ModbusRTU>;
+
+export function tempDir(prefix = "fencegate-fw-"): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+}
+
+/** modbus-serial as the RTU master on `device`, 115200 8E1, unit 1, 300 ms timeout. */
+export async function rtuMaster(device: string, unit = 1, timeoutMs = 300): Promise<Master> {
+  const client = new ModbusRTU();
+  await client.connectRTUBuffered(device, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
+  client.setID(unit);
+  client.setTimeout(timeoutMs);
+  return client;
+}
+
+export async function tcpMaster(port: number, unit = 1, timeoutMs = 300): Promise<Master> {
+  const client = new ModbusRTU();
+  await client.connectTCP("127.0.0.1", { port });
+  client.setID(unit);
+  client.setTimeout(timeoutMs);
+  return client;
+}
+
+export function closeMaster(client: Master): Promise<void> {
+  return new Promise((resolve) => client.close(() => resolve()));
+}
+
+/** The error a modbus-serial call rejected with (fails the test if it resolved). */
+export async function failure(p: Promise<unknown>): Promise<{ message: string; modbusCode?: number; errno?: string }> {
+  try {
+    await p;
+  } catch (err) {
+    return err as { message: string; modbusCode?: number; errno?: string };
+  }
+  throw new Error("expected the Modbus call to fail");
+}
+
+/** Opens `device` raw, writes `bytes`, collects whatever comes back within `waitMs`. */
+export async function rawExchange(device: string, bytes: Buffer, waitMs: number): Promise<Buffer> {
+  const port = new SerialPort({ path: device, baudRate: 115200, parity: "even", autoOpen: false });
+  await new Promise<void>((resolve, reject) => port.open((e) => (e ? reject(e) : resolve())));
+  const got: Buffer[] = [];
+  port.on("data", (c: Buffer) => got.push(c));
+  port.write(bytes);
+  await new Promise((r) => setTimeout(r, waitMs));
+  await new Promise<void>((resolve) => port.close(() => resolve()));
+  return Buffer.concat(got);
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
