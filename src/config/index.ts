@@ -5,6 +5,8 @@ export { parseConfig, validate, type ParseOptions, type Validation } from "./par
 export { ConfigError, formatPath, type ConfigProblem } from "./problems.ts";
 export {
   gatewayConfigSchema,
+  ID_PATTERN,
+  POINT_NAME_PATTERN,
   registerCount,
   representableRange,
   type ActuatorEntry,

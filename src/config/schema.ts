@@ -3,7 +3,8 @@
  * cross-field rules. Every refinement here is written against possibly-invalid input and
  * runs even when a sibling field is wrong, so one parse reports every problem at once.
  *
- * Units are in the names: `...Ms` milliseconds, `...S` seconds, `...Bytes` bytes.
+ * Units are in the names: `...Ms` milliseconds, `...S` seconds, `...Bytes` bytes. Objects
+ * are strict: an unknown key is an error (parse.ts suggests the closest known key).
  */
 import { z } from "zod";
 import { closest } from "./problems.ts";
@@ -46,15 +47,10 @@ function text(what: string, max = 1024) {
 }
 
 /**
- * A strict object: unknown keys are errors (the reporter in parse.ts reads the known keys
- * off the schema to suggest the closest one).
+ * `when` for the object-level refinements: run even when some fields are wrong (the
+ * refinements check each field's type before using it), but only on an actual object.
  */
-function strict<Shape extends z.core.$ZodLooseShape>(shape: Shape) {
-  return z.strictObject(shape);
-}
-
-/** `when` for refinements that must run even when other fields are wrong (they are defensive). */
-const ALWAYS = { when: () => true } as const;
+const ALWAYS = { when: (payload: { value: unknown }) => isRecord(payload.value) } as const;
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -66,7 +62,7 @@ function finite(value: unknown): value is number {
 
 /** `{minMs, maxMs}`: exponential backoff between attempts, from minMs doubling up to maxMs. */
 function backoff(defaults: { minMs: number; maxMs: number }) {
-  return strict({
+  return z.strictObject({
     minMs: ms(10, 600_000).default(defaults.minMs),
     maxMs: ms(10, 600_000).default(defaults.maxMs),
   })
@@ -111,7 +107,7 @@ const mqttUrl = z.string().superRefine((raw, ctx) => {
   }
 });
 
-const tls = strict({
+const tls = z.strictObject({
   /** PEM file with the CA(s) that signed the broker's certificate; default: the system's CAs. */
   caFile: text("path of the CA certificate file").optional(),
   /** Client certificate and key (PEM) for brokers that authenticate clients by certificate. */
@@ -125,7 +121,7 @@ const tls = strict({
   }
 }, ALWAYS);
 
-const mqtt = strict({
+const mqtt = z.strictObject({
   url: mqttUrl,
   /** Default: `fencegate-<gatewayId>`. Two clients with one id knock each other off the broker. */
   clientId: text("MQTT client id", 128).optional(),
@@ -148,7 +144,7 @@ const mqtt = strict({
   if (m.password !== undefined && m.passwordFile !== undefined) {
     ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
   }
-  const scheme = typeof m.url === "string" ? m.url.split(":", 1)[0] : undefined;
+  const scheme = typeof m.url === "string" ? m.url.split(":", 1)[0]?.toLowerCase() : undefined;
   if (scheme === "mqtt" && (hasPassword || m.username !== undefined) && m.allowCleartextCredentials !== true) {
     ctx.addIssue({
       code: "custom",
@@ -173,7 +169,7 @@ const baudRate = z.number().refine((n) => (BAUD_RATES as readonly number[]).incl
   error: `Must be one of the standard rates: ${BAUD_RATES.join(", ")}.`,
 });
 
-const rtuBus = strict({
+const rtuBus = z.strictObject({
   type: z.literal("rtu"),
   /** The serial device. Prefer /dev/serial/by-id/...: it survives re-plugging and reboots. */
   path: text("serial device path, e.g. /dev/serial/by-id/usb-FTDI_...-if00-port0"),
@@ -190,7 +186,7 @@ const rtuBus = strict({
   reconnect: backoff({ minMs: 500, maxMs: 30_000 }),
 });
 
-const tcpBus = strict({
+const tcpBus = z.strictObject({
   type: z.literal("tcp"),
   host: text("device or Modbus TCP gateway host name or address", 253),
   port: intIn(1, 65_535).default(502),
@@ -248,7 +244,7 @@ function round(x: number): number {
   return Number.parseFloat(x.toPrecision(12));
 }
 
-const point = strict({
+const point = z.strictObject({
   /** 0-based register address (as on the wire), not the 40001-style number. */
   register: intIn(0, 65_535),
   /** holding (FC03 read, FC06/FC16 write) or input (FC04, read-only). */
@@ -306,16 +302,16 @@ export type PointConfig = z.output<typeof point>;
 const expiry = z
   .discriminatedUnion("policy", [
     /** On lease expiry, leave the device as the last command left it. */
-    strict({ policy: z.literal("hold") }),
+    z.strictObject({ policy: z.literal("hold") }),
     /** On lease expiry, the gateway itself writes these values (fenced like any command). */
-    strict({
+    z.strictObject({
       policy: z.literal("safe"),
       set: z.record(z.string(), z.number().refine(Number.isFinite, { error: "Must be a finite number." })),
     }),
   ])
   .prefault({ policy: "hold" });
 
-const actuator = strict({
+const actuator = z.strictObject({
   /** The `A` in the MQTT topics: unique on this gateway. */
   id: id("actuator id"),
   /** The name of a bus under `buses`. */
@@ -395,7 +391,7 @@ function checkSafeValues(set: Record<string, unknown>, points: Record<string, un
 // ---------------------------------------------------------------------------------------
 // Leases, commands and the rest
 
-const leases = strict({
+const leases = z.strictObject({
   minTtlMs: ms(100, HOUR_MS).default(1000),
   maxTtlMs: ms(100, HOUR_MS).default(300_000),
   /** Advertised to controllers as a sensible ttlMs; each acquire still names its own. */
@@ -413,7 +409,7 @@ const leases = strict({
   }, ALWAYS)
   .prefault({});
 
-const commands = strict({
+const commands = z.strictObject({
   /** How long a command may wait before DEADLINE_EXCEEDED, when the request gives no deadlineMs. */
   defaultDeadlineMs: ms(10, HOUR_MS).default(5000),
   /** The largest deadlineMs a request may ask for. */
@@ -432,23 +428,23 @@ const commands = strict({
   }, ALWAYS)
   .prefault({});
 
-const journal = strict({
+const journal = z.strictObject({
   /** The SQLite journal; relative to the configuration file's directory. */
   path: text("journal file path").default("/var/lib/fencegate/journal.db"),
 }).prefault({});
 
-const logging = strict({
+const logging = z.strictObject({
   level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
 }).prefault({});
 
-const metrics = strict({
+const metrics = z.strictObject({
   enabled: z.boolean().default(true),
   /** Prometheus scrape endpoint; loopback by default. */
   host: text("address to listen on", 253).default("127.0.0.1"),
   port: intIn(1, 65_535).default(9464),
 }).prefault({});
 
-const shutdown = strict({
+const shutdown = z.strictObject({
   /** On SIGTERM: how long to let queued and in-flight commands finish before exiting. */
   drainTimeoutMs: ms(0, 60_000).default(5000),
 }).prefault({});
@@ -456,7 +452,7 @@ const shutdown = strict({
 // ---------------------------------------------------------------------------------------
 // The whole file
 
-export const gatewayConfigSchema = strict({
+export const gatewayConfigSchema = z.strictObject({
   /** This gateway's name: the `<gatewayId>` in `B/gateway/<gatewayId>/status`. */
   gatewayId: id("gateway id"),
   mqtt,

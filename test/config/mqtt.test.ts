@@ -32,6 +32,12 @@ describe("MQTT settings", () => {
     expect(problem.message).toContain("allowCleartextCredentials: true");
   });
 
+  it("the url scheme is case-insensitive for the cleartext check", () => {
+    const c = minimalConfig();
+    c.mqtt = { url: "MQTT://broker:1883", username: "u", password: "p" };
+    expect(onlyProblem(c).path).toBe("mqtt.url");
+  });
+
   it("a username alone over plain mqtt:// is refused too", () => {
     const c = minimalConfig();
     c.mqtt = { url: "mqtt://broker:1883", username: "u" };

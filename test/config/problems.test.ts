@@ -167,3 +167,31 @@ describe("YAML files", () => {
     expect(() => loadConfigFile(join(dir, "empty.yaml"))).toThrow(/The configuration is empty/);
   });
 });
+
+describe("robustness", () => {
+  it("any section or entry of the wrong type is a problem at its path, never a crash", () => {
+    const places: ((c: Record<string, any>, v: unknown) => void)[] = [
+      (c, v) => (c.mqtt = v),
+      (c, v) => (c.mqtt.tls = v),
+      (c, v) => (c.mqtt.reconnect = v),
+      (c, v) => (c.buses = v),
+      (c, v) => (c.buses.line1 = v),
+      (c, v) => (c.actuators = v),
+      (c, v) => (c.actuators[0] = v),
+      (c, v) => (c.actuators[0].points = v),
+      (c, v) => (c.actuators[0].points.position = v),
+      (c, v) => (c.actuators[0].expiry = v),
+      (c, v) => (c.actuators[0].expiry.set = v),
+      (c, v) => (c.leases = v),
+      (c, v) => (c.commands = v),
+    ];
+    for (const [i, place] of places.entries()) {
+      for (const bad of [null, "text", 7, [1, 2], true]) {
+        const c = minimalConfig();
+        place(c, bad);
+        expect(problemsOf(c).length, `place ${i}, value ${JSON.stringify(bad)}`).toBeGreaterThan(0);
+      }
+    }
+    for (const bad of ["text", 7, [1, 2], true]) expect(problemsOf(bad).length).toBeGreaterThan(0);
+  });
+});
