@@ -3,6 +3,7 @@
  * master: command blocks, read-back, refusals with the documented exception, duplicates,
  * bad CRC, power cycles, several units, and fault injection.
  */
+import fs from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import {
@@ -55,6 +56,7 @@ afterEach(async () => {
   master = undefined;
   await sim?.close();
   sim = undefined;
+  fs.rmSync(dir, { recursive: true, force: true });
 });
 
 const m = () => master!;
