@@ -1,0 +1,417 @@
+/**
+ * The durable journal on SQLite (better-sqlite3): WAL, `synchronous=FULL` so each commit
+ * is fsynced before `commit` returns, one transaction per `commit` call (group commit).
+ *
+ * Per actuator it keeps the highest granted token and the fence (one row in `actuators`)
+ * and the recent commands in arrival order (`commands`, pruned to `recentLimit` in the same
+ * transaction). The semantics are the fold of `applyRecord`: the new head of an actuator is
+ * computed with `applyRecord` itself from the stored one, so tokens only ever go up.
+ *
+ * The connection holds an exclusive lock for its whole life: two gateways on one journal
+ * would each believe their own fence, so the second one is refused.
+ */
+import Database from "better-sqlite3";
+import fs from "node:fs";
+import path from "node:path";
+import type { DurableSnapshot } from "../../core/actuator.ts";
+import { EMPTY_SNAPSHOT } from "../../core/actuator.ts";
+import { afterRestart, applyRecord, OUTCOME_LOST_IN_RESTART } from "../../core/durable.ts";
+import type { CommandRecord, Fence, Outcome, PointValues } from "../../core/types.ts";
+import type { Journal, JournalEntry } from "../../shell/ports.ts";
+import { JournalError } from "../../shell/ports.ts";
+import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
+
+export const SCHEMA_VERSION = 1;
+/** `PRAGMA application_id`: "FNCG", marks the file as a fencegate journal. */
+const APPLICATION_ID = 0x464e4347;
+
+const SCHEMA = `
+CREATE TABLE actuators (
+  id              TEXT PRIMARY KEY,
+  highest_granted INTEGER NOT NULL,
+  fence_token     INTEGER NOT NULL,
+  fence_seq       INTEGER
+) STRICT;
+-- id is the arrival order: applyRecord appends intents in the order they are recorded,
+-- which is not (token, seq) order when records arrive out of order.
+CREATE TABLE commands (
+  id           INTEGER PRIMARY KEY,
+  actuator     TEXT NOT NULL,
+  token        INTEGER NOT NULL,
+  seq          INTEGER NOT NULL,
+  holder       TEXT NOT NULL,
+  set_json     TEXT NOT NULL,
+  outcome_json TEXT
+) STRICT;
+CREATE INDEX commands_by_command ON commands (actuator, token, seq);
+CREATE INDEX commands_by_arrival ON commands (actuator, id);
+PRAGMA application_id = ${APPLICATION_ID};
+PRAGMA user_version = ${SCHEMA_VERSION};
+`;
+
+const START_FRESH =
+  "Restore the journal from backup, or move it (and any -wal file beside it) aside to start fresh; a fresh journal starts from the devices' own fences.";
+
+export interface SqliteJournalOptions {
+  /** The database file, or ":memory:" (not durable; for tests). */
+  readonly path: string;
+  readonly recentLimit: number;
+  /** How long to wait for a lock held by another connection before refusing. */
+  readonly busyTimeoutMs?: number;
+}
+
+export interface SqliteJournalSettings {
+  readonly path: string;
+  readonly journalMode: string;
+  readonly synchronous: number;
+  readonly lockingMode: string;
+  readonly busyTimeoutMs: number;
+  readonly schemaVersion: number;
+}
+
+interface Head {
+  readonly highestGranted: number;
+  readonly fence: Fence;
+}
+
+interface ActuatorRow {
+  id: unknown;
+  highest_granted: unknown;
+  fence_token: unknown;
+  fence_seq: unknown;
+}
+
+interface CommandRow {
+  id: unknown;
+  actuator: unknown;
+  token: unknown;
+  seq: unknown;
+  holder: unknown;
+  set_json: unknown;
+  outcome_json: unknown;
+}
+
+export class SqliteJournal implements Journal {
+  readonly path: string;
+  readonly recentLimit: number;
+  /** True when this open created the journal (there was no file). */
+  readonly fresh: boolean;
+  readonly #db: Database.Database;
+  readonly #commitTx: (entries: readonly JournalEntry[]) => void;
+  readonly #stmt: ReturnType<typeof prepare>;
+  #loaded = false;
+
+  constructor(db: Database.Database, options: SqliteJournalOptions, fresh: boolean) {
+    this.#db = db;
+    this.path = options.path;
+    this.recentLimit = options.recentLimit;
+    this.fresh = fresh;
+    this.#stmt = prepare(db);
+    this.#commitTx = db.transaction((entries: readonly JournalEntry[]) => this.#write(entries)).immediate;
+  }
+
+  /**
+   * Checks the file (`quick_check`) and every row, then durably records every intent that
+   * has no outcome as OUTCOME_UNKNOWN, and returns the snapshots.
+   */
+  load(): ReadonlyMap<string, DurableSnapshot> {
+    const result = guard(this.path, () => this.#db.transaction(() => this.#loadTx()).immediate());
+    this.#loaded = true;
+    return result;
+  }
+
+  commit(entries: readonly JournalEntry[]): void {
+    if (!this.#db.open) throw new Error("journal: commit() on a closed journal");
+    if (!this.#loaded) throw new Error("journal: commit() before load(); load() checks the journal and must come first");
+    assertStorable(entries);
+    if (entries.length === 0) return;
+    this.#commitTx(entries);
+  }
+
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  /** What the connection runs with, for the start-up log and the tests. */
+  settings(): SqliteJournalSettings {
+    const db = this.#db;
+    return {
+      path: this.path,
+      journalMode: String(db.pragma("journal_mode", { simple: true })),
+      synchronous: Number(db.pragma("synchronous", { simple: true })),
+      lockingMode: String(db.pragma("locking_mode", { simple: true })),
+      busyTimeoutMs: Number(db.pragma("busy_timeout", { simple: true })),
+      schemaVersion: Number(db.pragma("user_version", { simple: true })),
+    };
+  }
+
+  #write(entries: readonly JournalEntry[]): void {
+    const s = this.#stmt;
+    const heads = new Map<string, Head>();
+    const appended = new Set<string>();
+    for (const { actuator, record } of entries) {
+      const head = heads.get(actuator) ?? this.#readHead(actuator);
+      // The head follows applyRecord exactly; with no recent list it costs nothing.
+      const next = applyRecord({ ...head, recent: [] }, record, 0);
+      heads.set(actuator, { highestGranted: next.highestGranted, fence: next.fence });
+      if (record.type === "intent") {
+        s.insertCommand.run(actuator, record.token, record.seq, record.holder, JSON.stringify(record.set));
+        appended.add(actuator);
+      } else if (record.type === "outcome") {
+        s.attachOutcome.run(JSON.stringify(record.outcome), actuator, record.token, record.seq);
+      }
+    }
+    for (const [actuator, head] of heads) s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq);
+    // Pruning once per commit keeps the same records as pruning after each intent: what an
+    // earlier intent pushed out is older than the newest recentLimit at the end too.
+    for (const actuator of appended) s.prune.run(actuator, actuator, this.recentLimit);
+  }
+
+  #readHead(actuator: string): Head {
+    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null } | undefined;
+    if (row === undefined) return EMPTY_SNAPSHOT;
+    return { highestGranted: row.highest_granted, fence: { token: row.fence_token, seq: row.fence_seq } };
+  }
+
+  #loadTx(): Map<string, DurableSnapshot> {
+    const problems = (this.#db.pragma("quick_check(5)") as { quick_check: string }[]).map((r) => r.quick_check);
+    if (problems.length !== 1 || problems[0] !== "ok") {
+      throw new JournalError("JOURNAL_UNREADABLE", `${this.path} is damaged (quick_check: ${problems.join("; ")}). ${START_FRESH}`);
+    }
+    const actuators = this.#stmt.allActuators.all() as ActuatorRow[];
+    const commands = this.#stmt.allCommands.all() as CommandRow[];
+    const checker: RowChecker = new RowChecker(this.path);
+
+    const snapshots = new Map<string, { head: Head; recent: { id: number; record: CommandRecord }[] }>();
+    for (const row of actuators) {
+      const id = checker.text(row.id, "actuator id");
+      const where = `actuator ${JSON.stringify(id)}`;
+      const highestGranted = checker.count(row.highest_granted, `${where}: highest_granted`);
+      const fence: Fence = {
+        token: checker.count(row.fence_token, `${where}: fence_token`),
+        seq: row.fence_seq === null ? null : checker.count(row.fence_seq, `${where}: fence_seq`),
+      };
+      if (fence.token > highestGranted) checker.fail(`${where}: the fence token ${fence.token} is above the highest granted token ${highestGranted}`);
+      snapshots.set(id, { head: { highestGranted, fence }, recent: [] });
+    }
+    for (const row of commands) {
+      const rowId = checker.count(row.id, "command id");
+      const actuator = checker.text(row.actuator, `command ${rowId}: actuator`);
+      const where = `command ${rowId} of actuator ${JSON.stringify(actuator)}`;
+      const entry = snapshots.get(actuator);
+      if (entry === undefined) checker.fail(`${where}: the actuator has no row in actuators`);
+      const token = checker.count(row.token, `${where}: token`);
+      const seq = checker.count(row.seq, `${where}: seq`);
+      const holder = checker.text(row.holder, `${where}: holder`);
+      const set = checker.json(row.set_json, isPointValues, `${where}: set_json`);
+      const outcome = row.outcome_json === null ? null : checker.json(row.outcome_json, isOutcome, `${where}: outcome_json`);
+      const { highestGranted, fence } = entry.head;
+      if (token > highestGranted) checker.fail(`${where}: token ${token} is above the highest granted token ${highestGranted}`);
+      if (token > fence.token || (token === fence.token && seq > (fence.seq ?? -1))) {
+        checker.fail(`${where}: (${token}, ${seq}) is above the fence (${fence.token}, ${fence.seq}); the fence must cover every recorded command`);
+      }
+      entry.recent.push({ id: rowId, record: { holder, token, seq, set: set as PointValues, outcome: outcome as Outcome | null } });
+    }
+
+    const result = new Map<string, DurableSnapshot>();
+    for (const [id, { head, recent }] of snapshots) {
+      // Opened with a smaller recentLimit than it was written with: keep the newest.
+      const excess = recent.length - this.recentLimit;
+      if (excess > 0) this.#stmt.prune.run(id, id, this.recentLimit);
+      const kept = excess > 0 ? recent.slice(excess) : recent;
+      result.set(id, afterRestart({ ...head, recent: kept.map((r) => r.record) }));
+    }
+    // The same conversion afterRestart made above, made durable.
+    this.#stmt.markLost.run(JSON.stringify(OUTCOME_LOST_IN_RESTART));
+    return result;
+  }
+}
+
+function prepare(db: Database.Database) {
+  const statements = {
+    head: db.prepare("SELECT highest_granted, fence_token, fence_seq FROM actuators WHERE id = ?"),
+    upsertHead: db.prepare(
+      `INSERT INTO actuators (id, highest_granted, fence_token, fence_seq) VALUES (?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET highest_granted = excluded.highest_granted,
+         fence_token = excluded.fence_token, fence_seq = excluded.fence_seq`,
+    ),
+    insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES (?, ?, ?, ?, ?, NULL)"),
+    // Like applyRecord: the first outcome wins, for every matching intent still without one.
+    attachOutcome: db.prepare("UPDATE commands SET outcome_json = ? WHERE actuator = ? AND token = ? AND seq = ? AND outcome_json IS NULL"),
+    prune: db.prepare(
+      "DELETE FROM commands WHERE actuator = ? AND id <= (SELECT id FROM commands WHERE actuator = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
+    ),
+    markLost: db.prepare("UPDATE commands SET outcome_json = ? WHERE outcome_json IS NULL"),
+    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq FROM actuators ORDER BY id").safeIntegers(true),
+    allCommands: db.prepare("SELECT id, actuator, token, seq, holder, set_json, outcome_json FROM commands ORDER BY id").safeIntegers(true),
+  };
+  return statements;
+}
+
+/** Checks values read back from disk; the first bad one throws JOURNAL_INCONSISTENT. */
+class RowChecker {
+  constructor(readonly file: string) {}
+
+  fail(problem: string): never {
+    throw new JournalError("JOURNAL_INCONSISTENT", `${this.file}: ${problem}. ${START_FRESH}`);
+  }
+  /** Read with safeIntegers: an INTEGER arrives as a bigint, exact even beyond 2^53. */
+  count(x: unknown, what: string): number {
+    if (typeof x === "bigint" && x >= 0n && x <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(x);
+    return this.fail(`${what} is ${describe(x)}, not an integer from 0 to 2^53-1`);
+  }
+  text(x: unknown, what: string): string {
+    return typeof x === "string" ? x : this.fail(`${what} is ${describe(x)}, not text`);
+  }
+  json<T>(x: unknown, valid: (v: unknown) => v is T, what: string): T {
+    const text = this.text(x, what);
+    let value: unknown;
+    try {
+      value = JSON.parse(text);
+    } catch {
+      return this.fail(`${what} is not valid JSON: ${truncate(text)}`);
+    }
+    return valid(value) ? value : this.fail(`${what} has the wrong shape: ${truncate(text)}`);
+  }
+}
+
+function describe(x: unknown): string {
+  if (typeof x === "bigint") return x.toString();
+  if (typeof x === "string") return `the text ${truncate(JSON.stringify(x))}`;
+  if (x instanceof Uint8Array) return `a blob of ${x.length} bytes`;
+  return String(x);
+}
+
+function truncate(s: string): string {
+  return s.length > 80 ? `${s.slice(0, 80)}…` : s;
+}
+
+/**
+ * Opens (or, when no file exists, creates) the journal. Throws {@link JournalError} when the
+ * file cannot be used; `load()` then checks its contents.
+ */
+export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal {
+  assertRecentLimit(options.recentLimit);
+  const file = options.path;
+  const inMemory = file === ":memory:";
+  return guard(file, () => {
+    let fresh = inMemory;
+    if (!inMemory && !exists(file)) {
+      if (exists(`${file}-wal`)) {
+        throw new JournalError(
+          "JOURNAL_INCONSISTENT",
+          `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
+        );
+      }
+      createFile(file);
+      fresh = true;
+    }
+    const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
+    try {
+      configure(db, file, inMemory);
+      return new SqliteJournal(db, options, fresh);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+  });
+}
+
+function configure(db: Database.Database, file: string, inMemory: boolean): void {
+  // Exclusive before WAL: then the lock is taken at the first read and kept, and no
+  // shared-memory file is used.
+  db.pragma("locking_mode = EXCLUSIVE");
+  const version = Number(db.pragma("user_version", { simple: true }));
+  const appId = Number(db.pragma("application_id", { simple: true }));
+  if (inMemory && version === 0) db.exec(SCHEMA);
+  else if (version > SCHEMA_VERSION) {
+    throw new JournalError(
+      "JOURNAL_NEWER_VERSION",
+      `${file} has schema version ${version}; this fencegate reads up to ${SCHEMA_VERSION}. Run the fencegate that wrote it (or a newer one); do not start an older one on it.`,
+    );
+  } else if (appId !== APPLICATION_ID || version !== SCHEMA_VERSION) {
+    throw new JournalError(
+      "JOURNAL_UNREADABLE",
+      `${file} is a SQLite file but not a fencegate journal (application_id ${appId}, user_version ${version}): empty, damaged or another program's. ${START_FRESH}`,
+    );
+  }
+  if (!inMemory) {
+    const mode = String(db.pragma("journal_mode = WAL", { simple: true }));
+    if (mode !== "wal") throw new JournalError("JOURNAL_UNREADABLE", `${file}: could not switch to WAL mode (got ${mode}).`);
+  }
+  // FULL: in WAL mode, NORMAL does not fsync each commit; FULL does.
+  db.pragma("synchronous = FULL");
+}
+
+/**
+ * Creates the journal beside its final path and renames it into place, so a file at `path`
+ * always has a schema: an existing empty or headless file is damage, never "fresh".
+ */
+function createFile(file: string): void {
+  const temp = `${file}.creating`;
+  for (const f of [temp, `${temp}-wal`, `${temp}-shm`, `${temp}-journal`]) fs.rmSync(f, { force: true });
+  const db = new Database(temp);
+  try {
+    db.pragma("journal_mode = WAL");
+    db.pragma("synchronous = FULL");
+    db.exec(SCHEMA);
+  } finally {
+    db.close(); // checkpoints the WAL into the file and removes it
+  }
+  fsyncPath(temp);
+  fs.renameSync(temp, file);
+  fsyncPath(path.dirname(file));
+}
+
+function fsyncPath(p: string): void {
+  const fd = fs.openSync(p, "r");
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function exists(p: string): boolean {
+  try {
+    fs.statSync(p);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw error;
+  }
+}
+
+/** Runs `fn`, turning every failure to read or open the file into a JournalError. */
+function guard<T>(file: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (error) {
+    if (error instanceof JournalError || error instanceof RangeError) throw error;
+    throw new JournalError("JOURNAL_UNREADABLE", `${file} ${explain(error)}`, { cause: error });
+  }
+}
+
+function explain(error: unknown): string {
+  const code = (error as { code?: unknown }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  switch (code) {
+    case "SQLITE_BUSY":
+    case "SQLITE_LOCKED":
+      return `is in use by another process (${message}). Is another fencegate running on this journal? Stop it first; two gateways must never share one.`;
+    case "SQLITE_NOTADB":
+      return `is not a SQLite database (${message}): garbage, truncated or overwritten. ${START_FRESH}`;
+    case "SQLITE_CORRUPT":
+      return `is damaged (${message}). ${START_FRESH}`;
+    case "EACCES":
+    case "EPERM":
+    case "SQLITE_PERM":
+    case "SQLITE_READONLY":
+    case "SQLITE_CANTOPEN":
+    case "SQLITE_AUTH":
+      return `cannot be opened for reading and writing (${message}): check that it is a file and that the daemon's user may read and write it and its directory.`;
+    default:
+      if (/directory does not exist/.test(message)) return `cannot be created: ${message}. Create the directory, or fix the journal path.`;
+      return `cannot be read (${message}). ${START_FRESH}`;
+  }
+}
