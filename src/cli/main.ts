@@ -6,6 +6,10 @@
 type Subcommand = (argv: string[]) => Promise<number>;
 
 const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand> }> = {
+  daemon: {
+    summary: "run the gateway: Modbus buses, the MQTT API, the journal (--config FILE)",
+    load: async () => (await import("./daemon.ts")).main,
+  },
   sim: {
     summary: "run the simulated actuator (fenced or plain Modbus profile) on a serial device or TCP",
     load: async () => (await import("../../firmware-bridge/src/cli.ts")).main,

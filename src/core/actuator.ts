@@ -90,9 +90,13 @@ class Step {
   reply(ref: ReplyRef, reply: Reply): void {
     if (ref !== null) this.emit({ kind: "reply", ref, reply });
   }
-  refuse(ref: ReplyRef, error: ErrorBody, event: { holder?: string; token?: number; seq?: number }): void {
+  refuse(ref: ReplyRef, error: ErrorBody, about: { holder: string; token?: number; seq?: number }): void {
     this.reply(ref, { ok: false, error });
-    this.emit({ kind: "event", event: { type: "rejected", ...event, code: error.code } });
+    const { holder, token, seq } = about;
+    this.emit({
+      kind: "event",
+      event: { type: "rejected", holder, ...(token !== undefined ? { token } : {}), ...(seq !== undefined ? { seq } : {}), code: error.code },
+    });
   }
   result(): StepResult {
     return { state: this.state, effects: this.effects };

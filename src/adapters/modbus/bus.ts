@@ -54,6 +54,8 @@ interface Job {
 
 export declare interface ModbusBus {
   on(event: "unit", listener: (unit: number, online: boolean) => void): this;
+  on(event: "link", listener: (up: boolean) => void): this;
+  on(event: "transaction", listener: (unit: number, seconds: number, result: "ok" | "exception" | "timeout" | "error") => void): this;
 }
 
 export class ModbusBus extends EventEmitter {
@@ -70,8 +72,6 @@ export class ModbusBus extends EventEmitter {
   private readonly timeouts = new Map<number, number>();
   private readonly online = new Map<number, boolean>();
   private quietUntil = 0;
-  /** Transactions completed, for metrics. */
-  transactions = 0;
 
   constructor(
     readonly options: BusOptions,
@@ -139,21 +139,27 @@ export class ModbusBus extends EventEmitter {
     const job = this.nextJob() as (Job & { unit: number }) | undefined;
     if (!job || !this.client) return;
     this.busy = true;
+    const startedMs = performance.now();
+    const done = (result: "ok" | "exception" | "timeout" | "error") => {
+      this.emit("transaction", job.unit, (performance.now() - startedMs) / 1000, result);
+    };
     job
       .run(this.client)
       .then(
         (value) => {
-          this.transactions++;
+          done("ok");
           this.noteAnswer(job.unit, true);
           job.resolve(value);
         },
         (err: unknown) => {
-          this.transactions++;
           if (isTimeout(err)) {
+            done("timeout");
             this.noteTimeout(job.unit);
           } else {
             // A Modbus exception is still an answer: the unit is there.
-            this.noteAnswer(job.unit, modbusExceptionCode(err) !== undefined);
+            const exception = modbusExceptionCode(err) !== undefined;
+            done(exception ? "exception" : "error");
+            this.noteAnswer(job.unit, exception);
           }
           job.reject(err);
         },
@@ -195,7 +201,7 @@ export class ModbusBus extends EventEmitter {
   private setUnit(unit: number, online: boolean): void {
     if (this.online.get(unit) === online) return;
     this.online.set(unit, online);
-    this.log.info({ bus: this.options.name, unit, online }, online ? "unit answering" : "unit not answering");
+    this.log.info({ unit, online }, online ? "unit answering" : "unit not answering");
     this.emit("unit", unit, online);
   }
 
@@ -208,7 +214,7 @@ export class ModbusBus extends EventEmitter {
         return;
       }
       if (err) {
-        this.log.warn({ bus: this.options.name, err: String(err), retryInMs: this.reopenDelayMs }, "cannot open the bus; retrying");
+        this.log.warn({ err: String(err), retryInMs: this.reopenDelayMs }, "cannot open the bus; retrying");
         this.scheduleReopen();
         return;
       }
@@ -218,7 +224,8 @@ export class ModbusBus extends EventEmitter {
       this.client = client;
       this.up = true;
       this.reopenDelayMs = this.options.reopenMinMs;
-      this.log.info({ bus: this.options.name }, "bus open");
+      this.log.info("bus open");
+      this.emit("link", true);
       this.pump();
     };
     if (this.options.link.kind === "rtu") {
@@ -233,7 +240,8 @@ export class ModbusBus extends EventEmitter {
     this.up = false;
     this.client = null;
     this.rtuPort = null;
-    this.log.warn({ bus: this.options.name, reason }, "bus lost; reopening with backoff");
+    this.log.warn({ reason }, "bus lost; reopening with backoff");
+    this.emit("link", false);
     for (const unit of this.units) {
       for (const job of this.queues.get(unit)!.splice(0)) job.reject(new LinkDownError(`bus ${this.options.name} went down`));
       this.timeouts.set(unit, 0);

@@ -94,7 +94,7 @@ export class MqttLink implements Outbox {
     const statusTopic = gatewayStatusTopic(this.base, gatewayId);
     const clientOptions: IClientOptions = {
       protocolVersion: mqtt.protocolVersion,
-      clientId: mqtt.clientId ?? `fencegate-${gatewayId}`,
+      clientId: mqtt.clientId,
       clean: true,
       keepalive: mqtt.keepaliveS,
       reconnectPeriod: this.reconnectMs,

@@ -1,0 +1,85 @@
+/** `fencegate daemon --config FILE`: the gateway itself. */
+import { parseArgs } from "node:util";
+import { pino } from "pino";
+import { ConfigError } from "../config/problems.ts";
+import { loadConfigFile } from "../config/load.ts";
+import { startDaemon } from "../daemon.ts";
+import { JournalError } from "../shell/ports.ts";
+
+export const EXIT = { OK: 0, USAGE: 64, CONFIG: 78, JOURNAL: 74, INTERNAL: 70 } as const;
+
+const HELP = `usage: fencegate daemon --config FILE [--log-level LEVEL]
+
+Runs the gateway: owns the Modbus buses, answers the MQTT API, keeps the journal.
+
+options:
+  -c, --config FILE     the YAML configuration (see config/*.yaml)
+      --log-level LEVEL override logging.level (trace|debug|info|warn|error|fatal)
+  -h, --help            this text
+
+examples:
+  fencegate daemon --config /etc/fencegate/gateway.yaml
+  fencegate daemon -c config/embedded.yaml --log-level debug
+
+exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable or failing, 78 configuration invalid`;
+
+export async function main(argv: string[]): Promise<number> {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: { config: { type: "string", short: "c" }, "log-level": { type: "string" }, help: { type: "boolean", short: "h" } },
+      strict: true,
+    }));
+  } catch (err) {
+    console.error(`fencegate daemon: ${(err as Error).message}\n\n${HELP}`);
+    return EXIT.USAGE;
+  }
+  if (values.help) {
+    console.log(HELP);
+    return EXIT.OK;
+  }
+  if (!values.config) {
+    console.error(`fencegate daemon: --config is required\n\n${HELP}`);
+    return EXIT.USAGE;
+  }
+  return runDaemon(values.config, values["log-level"]);
+}
+
+/** Loads the configuration, runs the daemon until SIGTERM/SIGINT, returns the exit code. */
+export async function runDaemon(configPath: string, logLevel?: string): Promise<number> {
+  let config;
+  try {
+    config = loadConfigFile(configPath);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(err.message);
+      return EXIT.CONFIG;
+    }
+    throw err;
+  }
+  const log = pino({ level: logLevel ?? config.logging.level });
+  let daemon;
+  try {
+    daemon = await startDaemon(config, log);
+  } catch (err) {
+    if (err instanceof JournalError) {
+      log.fatal({ code: err.code, journal: config.journal.path }, err.message);
+      return EXIT.JOURNAL;
+    }
+    log.fatal({ err: String(err) }, "the daemon could not start");
+    return EXIT.INTERNAL;
+  }
+  const signalled = new Promise<number>((resolve) => {
+    const onSignal = (signal: string) => {
+      log.info({ signal }, "stopping");
+      process.once(signal, () => process.exit(EXIT.INTERNAL)); // a second signal: stop now
+      resolve(EXIT.OK);
+    };
+    process.once("SIGTERM", () => onSignal("SIGTERM"));
+    process.once("SIGINT", () => onSignal("SIGINT"));
+  });
+  const code = await Promise.race([signalled, daemon.fatal]);
+  await daemon.stop();
+  return code;
+}

@@ -1,0 +1,185 @@
+/**
+ * The composition root: wires the real adapters (SQLite journal, Modbus buses, MQTT,
+ * HTTP) to the shell and the core. Nothing here decides anything.
+ */
+import { mkdirSync } from "node:fs";
+import type { Server } from "node:http";
+import { dirname } from "node:path";
+import { pino, type Logger } from "pino";
+import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
+import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
+import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
+import { ModbusDevice } from "./adapters/modbus/device.ts";
+import { MqttLink } from "./adapters/mqtt/link.ts";
+import { actuatorCoreConfig } from "./config/core.ts";
+import type { BusConfig, GatewayConfig } from "./config/schema.ts";
+import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
+import type { Clock, Outbox, Scheduler } from "./shell/ports.ts";
+
+export const realClock: Clock = {
+  monotonicMs: () => performance.now(),
+  wallNow: () => new Date(),
+};
+
+export const realScheduler: Scheduler = {
+  at(atMs, fn) {
+    const timer = setTimeout(fn, Math.max(0, atMs - performance.now()));
+    return () => clearTimeout(timer);
+  },
+  defer: (fn) => setImmediate(fn),
+};
+
+function busLink(bus: BusConfig): BusLink {
+  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
+  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
+}
+
+export interface Daemon {
+  readonly gateway: Gateway;
+  readonly journal: SqliteJournal;
+  readonly link: MqttLink;
+  readonly httpPort: number | null;
+  /** Drains, flushes and disconnects; resolves when everything is closed. */
+  stop(): Promise<void>;
+  /** Resolves with an exit code when the daemon must stop by itself (a journal failure). */
+  readonly fatal: Promise<number>;
+}
+
+export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
+  mkdirSync(dirname(config.journal.path), { recursive: true });
+  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
+  const snapshots = journal.load(); // throws JournalError: the caller reports it and exits
+  if (journal.fresh) {
+    log.warn({ journal: config.journal.path }, "starting with a fresh journal: tokens start above the fences the fenced devices report");
+  }
+  for (const [actuator, s] of snapshots) {
+    log.info({ actuator, highestGranted: s.highestGranted, fence: s.fence }, "journal loaded");
+  }
+
+  const buses = new Map<string, ModbusBus>();
+  for (const [name, bus] of Object.entries(config.buses)) {
+    buses.set(
+      name,
+      new ModbusBus(
+        {
+          name,
+          link: busLink(bus),
+          timeoutMs: bus.timeoutMs,
+          reopenMinMs: bus.reconnect.minMs,
+          reopenMaxMs: bus.reconnect.maxMs,
+          quietAfterTimeoutMs: Math.max(20, bus.timeoutMs / 2),
+          offlineAfterTimeouts: 2,
+          queueLimitPerUnit: config.commands.queueLimit * 4,
+        },
+        log.child({ bus: name }),
+      ),
+    );
+  }
+
+  const bindings: ActuatorBinding[] = config.actuators.map((a) => {
+    const bus = buses.get(a.bus)!;
+    bus.addUnit(a.unit);
+    return {
+      id: a.id,
+      config: actuatorCoreConfig(config, a.id),
+      device: new ModbusDevice({ bus, unit: a.unit, profile: a.profile, points: a.points }),
+      fenced: a.profile === "fenced",
+      pollIntervalMs: a.pollIntervalMs,
+      defaultDeadlineMs: config.commands.defaultDeadlineMs,
+    };
+  });
+
+  const link = new MqttLink({
+    mqtt: config.mqtt,
+    gatewayId: config.gatewayId,
+    limits: {
+      maxPayloadBytes: config.mqtt.maxPayloadBytes,
+      minTtlMs: config.leases.minTtlMs,
+      maxTtlMs: config.leases.maxTtlMs,
+      maxDeadlineMs: config.commands.maxDeadlineMs,
+      defaultDeadlineMs: config.commands.defaultDeadlineMs,
+    },
+    log,
+    maxPendingReplies: config.actuators.length * (config.commands.queueLimit + 2) + 256,
+  });
+
+  let metrics: GatewayMetrics | null = null;
+  const outbox: Outbox = {
+    reply: (ref, reply) => link.reply(ref, reply),
+    event: (actuator, event) => {
+      metrics?.onEvent(actuator, event);
+      link.event(actuator, event);
+    },
+    state: (view) => link.state(view),
+  };
+
+  let resolveFatal: (code: number) => void = () => {};
+  const fatal = new Promise<number>((resolve) => (resolveFatal = resolve));
+  let stopping = false;
+  const gateway = new Gateway(
+    {
+      journal,
+      clock: realClock,
+      scheduler: realScheduler,
+      outbox,
+      log,
+      actuators: bindings,
+      onFatal: () => resolveFatal(74),
+    },
+    snapshots,
+  );
+
+  const health: HealthSource = {
+    problem: () => (stopping ? "The gateway is shutting down." : null),
+    details: () => ({
+      mqtt: link.connected,
+      buses: Object.fromEntries([...buses].map(([name, b]) => [name, b.isUp])),
+      actuators: Object.fromEntries(gateway.actuatorIds().map((id) => [id, gateway.view(id)?.online ?? false])),
+    }),
+    queueDepths: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.queue.length ?? 0] as [string, number]),
+    linkStates: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.online ?? false] as [string, boolean]),
+  };
+
+  let server: Server | null = null;
+  if (config.metrics.enabled) {
+    metrics = new GatewayMetrics(health);
+    server = await serveHttp(config.metrics.host, config.metrics.port, metrics, health);
+  }
+
+  for (const [name, bus] of buses) {
+    const m = metrics;
+    if (m) {
+      bus.on("transaction", (_unit, seconds, result) => m.onTransaction(name, seconds, result));
+      bus.on("link", (up) => m.onBus(name, up));
+    }
+    bus.on("unit", (unit, online) => {
+      for (const a of config.actuators) if (a.bus === name && a.unit === unit) gateway.linkChanged(a.id, online);
+    });
+    bus.start();
+  }
+  gateway.start();
+  void link.start(gateway);
+  log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path }, "fencegate daemon started");
+
+  const address = server?.address();
+  return {
+    gateway,
+    journal,
+    link,
+    httpPort: typeof address === "object" && address !== null ? address.port : null,
+    fatal,
+    async stop() {
+      if (stopping) return;
+      stopping = true;
+      log.info("draining: no new requests; finishing the commands in progress");
+      const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
+      if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      gateway.stop();
+      await link.stop();
+      await Promise.all([...buses.values()].map((b) => b.close()));
+      journal.close();
+      await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+      log.info("fencegate daemon stopped");
+    },
+  };
+}
