@@ -17,7 +17,8 @@ import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
 import type { Clock, Outbox, Scheduler } from "./shell/ports.ts";
 
 export const realClock: Clock = {
-  monotonicMs: () => performance.now(),
+  // Whole milliseconds: every time the core sees, and every expiresInMs it reports, is an integer.
+  monotonicMs: () => Math.floor(performance.now()),
   wallNow: () => new Date(),
 };
 

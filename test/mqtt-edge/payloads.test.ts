@@ -6,8 +6,8 @@ import {
   refusalPayload,
   replyPayload,
   statePayload,
-  type StateView,
 } from "../../src/adapters/mqtt/payloads.ts";
+import type { StateView } from "../../src/shell/ports.ts";
 import type { Reply } from "../../src/core/types.ts";
 
 const AT = new Date("2026-11-29T10:00:00.123Z");

@@ -121,7 +121,10 @@ export class MqttLink implements Outbox {
         client.options.reconnectPeriod = this.reconnectMs;
         log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion }, "MQTT connected");
         client.publish(statusTopic, gatewayStatusPayload(true), { qos: 1, retain: true });
-        client.subscribe([...requestSubscriptions(this.base)], { qos: 1 }, (err) => {
+        // Retain As Published (v5): otherwise the broker clears the retain flag on live
+        // delivery and a retained request would pass as a fresh one. MQTT 3.1.1 has no such
+        // option: there a retained request is caught only when (re)subscribing.
+        client.subscribe([...requestSubscriptions(this.base)], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
           if (err) log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
         });
         for (const id of sink.actuatorIds()) {

@@ -2,19 +2,9 @@
  * Payloads the gateway publishes (shared/spec/mqtt-api-v1.md): replies, retained state,
  * events and the gateway status. Pure: data in, JSON text out, keys in the contract's order.
  */
-import type { CoreEvent, Fence, LeaseView, PointValues, Reply } from "../../core/types.ts";
+import type { CoreEvent, PointValues, Reply } from "../../core/types.ts";
+import type { StateView } from "../../shell/ports.ts";
 import type { ParseResult } from "./requests.ts";
-
-/** What `B/A/state` carries (and a `read` reply under `"state"`). */
-export interface StateView {
-  readonly actuator: string;
-  readonly online: boolean;
-  readonly lease: LeaseView | null;
-  readonly fence: Fence;
-  readonly points: PointValues;
-  /** Wall-clock time of the snapshot: informative only, no decision depends on it. */
-  readonly at: Date;
-}
 
 export interface StateJson {
   readonly actuator: string;
