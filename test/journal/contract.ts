@@ -184,6 +184,7 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       journal.commit([]); // nothing to make durable
       journal.close();
       expect(() => journal.commit(on("v1", granted(1)))).toThrow(/closed/);
+      expect(() => journal.load()).toThrow(/closed/);
     });
 
     it(`after any reopens, load() equals the fold of applyRecord with afterRestart (${options.propertyRuns} runs)`, () => {

@@ -115,6 +115,7 @@ export class SqliteJournal implements Journal {
    * has no outcome as OUTCOME_UNKNOWN, and returns the snapshots.
    */
   load(): ReadonlyMap<string, DurableSnapshot> {
+    if (!this.#db.open) throw new Error("journal: load() on a closed journal");
     const result = guard(this.path, () => this.#db.transaction(() => this.#loadTx()).immediate());
     this.#loaded = true;
     return result;
