@@ -1,4 +1,5 @@
 import Database from "better-sqlite3";
+import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -149,12 +150,22 @@ describe("SqliteJournal", () => {
       expect(refusal(path.join(root, "no-such-dir", "j.db")).message).toMatch(/Create the directory/);
     });
 
-    it.skipIf(process.getuid?.() === 0)("a file the daemon may not read (permission denied)", () => {
+    // Root ignores mode bits, so as root the immutable flag stands in for them (when the
+    // filesystem and chattr allow it).
+    const asRoot = process.getuid?.() === 0;
+    const canChattr = asRoot && spawnSync("chattr", ["--help"]).error === undefined;
+    it.skipIf(asRoot && !canChattr)("a file the daemon may not write (permission denied)", () => {
       const file = writtenJournal();
-      fs.chmodSync(file, 0o000);
-      const e = refusal(file);
-      expect(e.code).toBe("JOURNAL_UNREADABLE");
-      expect(e.message).toMatch(/may read and write/);
+      if (asRoot) execFileSync("chattr", ["+i", file]);
+      else fs.chmodSync(file, 0o400);
+      try {
+        const e = refusal(file);
+        expect(e.code).toBe("JOURNAL_UNREADABLE");
+        expect(e.message).toMatch(/cannot be opened for reading and writing \((EACCES|EPERM)/);
+        expect(e.message).toMatch(/may read and write it and its directory/);
+      } finally {
+        if (asRoot) execFileSync("chattr", ["-i", file]);
+      }
     });
   });
 

@@ -307,6 +307,12 @@ export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal 
       createFile(file);
       fresh = true;
     }
+    if (!inMemory) {
+      // SQLite would quietly fall back to read-only and fail later with a vague I/O error.
+      // The directory must be writable too: the -wal file is created beside the journal.
+      fs.accessSync(file, fs.constants.R_OK | fs.constants.W_OK);
+      fs.accessSync(path.dirname(file), fs.constants.W_OK | fs.constants.X_OK);
+    }
     const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
     try {
       configure(db, file, inMemory);
