@@ -34,6 +34,8 @@ export interface PersistedUnit {
   readonly block: readonly number[];
   /** The accepted setpoint (raw 0.01 %). */
   readonly target: number;
+  /** The watchdog tripped after this setpoint was accepted: power up in safe state, not at `target`. */
+  readonly safe?: boolean;
 }
 
 /** The device's non-volatile memory. `save` returns only once the data is durable; throws on failure. */
@@ -115,6 +117,7 @@ export class Device {
   private fenceToken = 0n;
   private fenceSeq = 0;
   private lastBlock: readonly number[] = [];
+  private setpoint = 0;
   // RAM
   private target = 0;
   private actual = 0;
@@ -141,19 +144,22 @@ export class Device {
 
   /**
    * Power-up: fence and setpoint come back from the EEPROM, RAM state is reset, the watchdog
-   * starts counting. `physicalPosition` is where the mechanism physically is (it does not
-   * move during a power cut); without it the device assumes it reached its stored setpoint.
+   * starts counting. The device resumes its stored setpoint (which completes a command whose
+   * power was cut between commit and action), unless the record says the watchdog had
+   * tripped: then it stays in safe state. `physicalPosition` is where the mechanism physically
+   * is (it does not move during a power cut); without it the device assumes it is at its target.
    */
   powerUp(now: number, physicalPosition: number | undefined): void {
     const stored = this.eeprom.load(this.config.unit);
     this.fenceToken = stored ? BigInt(stored.token) : 0n;
     this.fenceSeq = stored?.seq ?? 0;
     this.lastBlock = stored?.block ?? [];
-    this.target = stored?.target ?? this.config.safePositionRaw;
+    this.setpoint = stored?.target ?? this.config.safePositionRaw;
+    this.safeState = stored?.safe === true;
+    this.target = this.safeState ? this.config.safePositionRaw : this.setpoint;
     this.actual = physicalPosition ?? this.target;
     this.lastT = now;
     this.lastComms = now;
-    this.safeState = false;
     this.faults = 0;
     this.lastRefusal = REFUSAL.NONE;
     this.refusalCount = 0;
@@ -176,6 +182,7 @@ export class Device {
       this.move(this.lastComms + wd);
       this.safeState = true;
       this.target = this.config.safePositionRaw;
+      this.persist({ safe: true }); // so a power cycle does not resume the abandoned setpoint
     }
     this.move(now);
   }
@@ -187,6 +194,26 @@ export class Device {
     const gap = this.target - this.actual;
     const step = (rate * dt) / 1000;
     this.actual = rate <= 0 || Math.abs(gap) <= step ? this.target : this.actual + Math.sign(gap) * step;
+  }
+
+  /** The EEPROM record of the current fence and setpoint, with `change` applied. False if the save failed. */
+  private persist(change: Partial<PersistedUnit>): boolean {
+    const record: PersistedUnit = {
+      token: this.fenceToken.toString(),
+      seq: this.fenceSeq,
+      block: this.lastBlock,
+      target: this.setpoint,
+      ...(this.safeState ? { safe: true } : {}),
+      ...change,
+    };
+    try {
+      this.eeprom.save(this.config.unit, record);
+      this.faults &= ~FAULT.PERSIST;
+      return true;
+    } catch {
+      this.faults |= FAULT.PERSIST;
+      return false;
+    }
   }
 
   private feed(now: number): void {
@@ -253,7 +280,7 @@ export class Device {
       return { exception: EXCEPTION.ILLEGAL_DATA_ADDRESS };
     }
     if (value > POSITION_RAW_MAX) return { exception: EXCEPTION.ILLEGAL_DATA_VALUE };
-    this.eeprom.save(this.config.unit, { token: "0", seq: 0, block: [], target: value });
+    if (!this.persist({ target: value, safe: false })) return { exception: EXCEPTION.SERVER_DEVICE_FAILURE };
     this.act(value, now, {});
     return undefined;
   }
@@ -298,13 +325,8 @@ export class Device {
     if (order < 0) {
       return this.refuse(cmd.token < this.fenceToken ? REFUSAL.STALE_TOKEN : REFUSAL.STALE_SEQ, FENCE_REFUSED_EXCEPTION);
     }
-    try {
-      this.eeprom.save(this.config.unit, { token: cmd.token.toString(), seq: cmd.seq, block: [...block], target: cmd.targetRaw });
-    } catch {
-      this.faults |= FAULT.PERSIST;
-      return this.refuse(REFUSAL.PERSIST_FAILED, EXCEPTION.SERVER_DEVICE_FAILURE);
-    }
-    this.faults &= ~FAULT.PERSIST;
+    const committed = this.persist({ token: cmd.token.toString(), seq: cmd.seq, block: [...block], target: cmd.targetRaw, safe: false });
+    if (!committed) return this.refuse(REFUSAL.PERSIST_FAILED, EXCEPTION.SERVER_DEVICE_FAILURE);
     if (this.crashAfterPersist > 0) {
       this.crashAfterPersist--;
       throw new PowerLoss();
@@ -317,6 +339,7 @@ export class Device {
   }
 
   private act(targetRaw: number, now: number, fence: { token?: number; tokenText?: string; seq?: number }): void {
+    this.setpoint = targetRaw;
     this.target = targetRaw;
     this.safeState = false;
     this.appliedCount++;

@@ -214,6 +214,9 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
   };
 
   const controlServer = options.control ? await startControl(options.control, run) : undefined;
+  // The firmware's main loop: the watchdog trips (and is persisted) even when nobody reads.
+  const ticker = setInterval(() => station.unitIds().forEach((u) => station.device(u).advance(clock())), 50);
+  ticker.unref();
 
   let closed = false;
   return {
@@ -236,6 +239,7 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
     close: async () => {
       if (closed) return;
       closed = true;
+      clearInterval(ticker);
       await Promise.all([transport.close(), controlServer ? closeServer(controlServer, options.control) : undefined]);
     },
   };

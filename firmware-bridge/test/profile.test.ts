@@ -230,6 +230,18 @@ describe("physical model and watchdog (fake clock)", () => {
     expect(d.device.snapshot(1500)).toMatchObject({ safeState: true, actualPosition: 0 });
   });
 
+  it("stays in safe state across a power cycle after the watchdog tripped, until a new command", () => {
+    const d = fenced({ watchdogMs: 100, safePositionRaw: 500, rateRawPerS: 0 });
+    d.send(1, 0, 90, 0);
+    expect(d.device.snapshot(150).safeState).toBe(true);
+    expect(d.eeprom.data.get(1)).toMatchObject({ token: "1", target: 9000, safe: true });
+    d.device.powerCycle(200);
+    expect(d.device.snapshot(200)).toMatchObject({ safeState: true, targetPosition: 5, actualPosition: 5 });
+    expect(d.send(1, 1, 80, 210)).toBeUndefined();
+    d.device.powerCycle(220);
+    expect(d.device.snapshot(220)).toMatchObject({ safeState: false, targetPosition: 80 });
+  });
+
   it("trips after power-up when no master ever talks to it", () => {
     const d = fenced({ watchdogMs: 100, safePositionRaw: 1000, rateRawPerS: 0 });
     expect(d.device.snapshot(100)).toMatchObject({ safeState: true, actualPosition: 10 });
