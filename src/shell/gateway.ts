@@ -150,6 +150,7 @@ class ActuatorRuntime {
       const fence = await this.binding.device.readFence();
       if (fence === null || this.closed) return;
       this.fenceKnown = true;
+      this.gw.deps.log.info({ actuator: this.id, deviceToken: fence.token, highestGranted: this.state.highestGranted }, "device fence read");
       this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
     } catch (err) {
       this.gw.deps.log.warn({ actuator: this.id, err: String(err) }, "could not read the device's fence; leases stay unavailable until it can be read");

@@ -1,0 +1,123 @@
+/**
+ * The real daemon as a child process (`node bin/fencegate.mjs daemon`), with its JSON log
+ * captured so tests can wait for what it says, and kill it (SIGKILL) or stop it (SIGTERM).
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { stringify } from "yaml";
+import { FENCED, PLAIN } from "../../firmware-bridge/src/profile.ts";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+export const FENCEGATE_BIN = join(ROOT, "bin/fencegate.mjs");
+
+export type LogLine = Record<string, any> & { msg?: string };
+
+/** The reference valve's points, as the fenced or plain profile lays them out. */
+export function valvePoints(profile: "fenced" | "plain") {
+  const r = profile === "fenced" ? { target: FENCED.TARGET_POSITION, actual: FENCED.ACTUAL_POSITION, status: FENCED.STATUS } : { target: PLAIN.TARGET_POSITION, actual: PLAIN.ACTUAL_POSITION, status: PLAIN.STATUS };
+  return {
+    position: { register: r.target, type: "u16", scale: 0.01, min: 0, max: 100, writable: true },
+    actual: { register: r.actual, scale: 0.01, min: 0, max: 100 },
+    status: { register: r.status },
+  };
+}
+
+export function valve(id: string, bus: string, unit: number, profile: "fenced" | "plain" = "fenced", extra: Record<string, unknown> = {}) {
+  return { id, bus, unit, profile, pollIntervalMs: 200, points: valvePoints(profile), ...extra };
+}
+
+export interface GatewaySetup {
+  readonly brokerUrl: string;
+  readonly journalPath: string;
+  readonly buses: Record<string, unknown>;
+  readonly actuators: unknown[];
+  readonly leases?: Record<string, unknown>;
+  readonly commands?: Record<string, unknown>;
+  readonly mqtt?: Record<string, unknown>;
+  readonly metricsPort?: number;
+}
+
+export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
+  return {
+    gatewayId: "test",
+    mqtt: { url: s.brokerUrl, ...s.mqtt },
+    buses: s.buses,
+    actuators: s.actuators,
+    leases: { minTtlMs: 100, maxTtlMs: 60_000, defaultTtlMs: 5000, ...s.leases },
+    commands: s.commands ?? {},
+    journal: { path: s.journalPath },
+    logging: { level: "debug" },
+    metrics: s.metricsPort ? { enabled: true, port: s.metricsPort } : { enabled: false },
+  };
+}
+
+export class DaemonProcess {
+  readonly logs: LogLine[] = [];
+  private readonly waiters: { pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }[] = [];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stderr = "";
+
+  private constructor(readonly child: ChildProcess) {
+    let buffer = "";
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      buffer += chunk;
+      let nl: number;
+      while ((nl = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        let parsed: LogLine;
+        try {
+          parsed = JSON.parse(line);
+        } catch {
+          parsed = { msg: line };
+        }
+        this.logs.push(parsed);
+        for (const w of [...this.waiters]) {
+          if (w.pred(parsed)) {
+            this.waiters.splice(this.waiters.indexOf(w), 1);
+            w.resolve(parsed);
+          }
+        }
+      }
+    });
+    child.stderr!.setEncoding("utf8").on("data", (s: string) => (this.stderr += s));
+    this.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+  }
+
+  /** Writes `config` as YAML into `dir` and starts the daemon on it. */
+  static start(dir: string, config: Record<string, unknown>): DaemonProcess {
+    const file = join(dir, "gateway.yaml");
+    writeFileSync(file, stringify(config));
+    const child = spawn(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    return new DaemonProcess(child);
+  }
+
+  /** Resolves with the first log line (past or future) that `pred` accepts. */
+  waitForLog(pred: (l: LogLine) => boolean, timeoutMs = 10_000, what = "log line"): Promise<LogLine> {
+    const seen = this.logs.find(pred);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`daemon did not log ${what} within ${timeoutMs} ms; stderr: ${this.stderr}; last lines: ${JSON.stringify(this.logs.slice(-5))}`)), timeoutMs);
+      this.waiters.push({
+        pred,
+        resolve: (l) => {
+          clearTimeout(timer);
+          resolve(l);
+        },
+      });
+      void this.exited.then(({ code, signal }) => reject(new Error(`daemon exited (${code ?? signal}) before logging ${what}; stderr: ${this.stderr}`)));
+    });
+  }
+
+  /** Ready to serve: MQTT connected and each fenced actuator's device fence read. */
+  async ready(fencedActuators: readonly string[], timeoutMs = 15_000): Promise<void> {
+    await this.waitForLog((l) => l.msg === "MQTT connected", timeoutMs, "MQTT connected");
+    for (const a of fencedActuators) await this.waitForLog((l) => l.msg === "device fence read" && l.actuator === a, timeoutMs, `the fence of ${a}`);
+  }
+
+  async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+    return this.exited;
+  }
+}
