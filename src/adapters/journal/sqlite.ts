@@ -16,7 +16,7 @@ import path from "node:path";
 import type { DurableSnapshot } from "../../core/actuator.ts";
 import { EMPTY_SNAPSHOT } from "../../core/actuator.ts";
 import { afterRestart, applyRecord, OUTCOME_LOST_IN_RESTART } from "../../core/durable.ts";
-import type { CommandRecord, Fence, Outcome, PointValues } from "../../core/types.ts";
+import type { CommandRecord, Fence } from "../../core/types.ts";
 import type { Journal, JournalEntry } from "../../shell/ports.ts";
 import { JournalError } from "../../shell/ports.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
@@ -211,7 +211,7 @@ export class SqliteJournal implements Journal {
       if (token > fence.token || (token === fence.token && seq > (fence.seq ?? -1))) {
         checker.fail(`${where}: (${token}, ${seq}) is above the fence (${fence.token}, ${fence.seq}); the fence must cover every recorded command`);
       }
-      entry.recent.push({ id: rowId, record: { holder, token, seq, set: set as PointValues, outcome: outcome as Outcome | null } });
+      entry.recent.push({ id: rowId, record: { holder, token, seq, set, outcome } });
     }
 
     const result = new Map<string, DurableSnapshot>();
