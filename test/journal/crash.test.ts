@@ -46,16 +46,19 @@ afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
  */
 let childArgs = ["--import", "tsx", child];
 let childKind = "tsx";
+let bundleDir: string | null = null;
+afterAll(() => {
+  if (bundleDir !== null) fs.rmSync(bundleDir, { recursive: true, force: true });
+});
 beforeAll(async () => {
   try {
     const esbuild = (await import("esbuild" as string)) as typeof import("esbuild");
     fs.mkdirSync(path.join(repo, "tmp"), { recursive: true });
-    const dir = fs.mkdtempSync(path.join(repo, "tmp", "crash-child-"));
-    const outfile = path.join(dir, "crash-child.mjs");
+    bundleDir = fs.mkdtempSync(path.join(repo, "tmp", "crash-child-"));
+    const outfile = path.join(bundleDir, "crash-child.mjs");
     esbuild.buildSync({ entryPoints: [child], bundle: true, platform: "node", format: "esm", target: "node20", external: ["better-sqlite3"], outfile, logLevel: "error" });
     childArgs = [outfile];
     childKind = "esbuild bundle";
-    afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
   } catch {
     // keep tsx
   }
