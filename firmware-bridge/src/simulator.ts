@@ -394,6 +394,7 @@ export function sendControl(socketPath: string, cmd: ControlCommand): Promise<Re
     let buf = "";
     socket.setEncoding("utf8");
     socket.on("error", reject);
+    socket.on("close", () => reject(new Error("control socket closed without an answer")));
     socket.on("connect", () => socket.write(JSON.stringify(cmd) + "\n"));
     socket.on("data", (chunk: string) => {
       buf += chunk;

@@ -21,7 +21,7 @@ import type { PtyPair } from "../src/pty.ts";
 import { withCrc } from "../src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 import type { SimulatorHandle, SimulatorOptions } from "../src/simulator.ts";
-import { closeMaster, failure, rawExchange, rtuMaster, sleep, tempDir } from "./helpers.ts";
+import { closeMaster, failure, rawExchange, rtuMaster, sleep, tempDir, timeoutOf, waitUntil } from "./helpers.ts";
 import type { Master } from "./helpers.ts";
 
 let pty: PtyPair;
@@ -104,10 +104,10 @@ describe("fenced actuator over a pty, modbus-serial master", () => {
     const good = withCrc(pdu);
     const bad = Buffer.from(good);
     bad[bad.length - 1] = (bad[bad.length - 1] ?? 0) ^ 0x5a;
-    expect(await rawExchange(pty.master, bad, 60)).toHaveLength(0);
+    expect(await rawExchange(pty.master, bad, 0, 100)).toHaveLength(0);
+    expect(await waitUntil(() => s().counters.badFrames === 1, 1000)).toBe(true);
     expect(s().device(1)).toMatchObject({ appliedCount: 0, fence: { token: 0 } });
-    expect(s().counters.badFrames).toBe(1);
-    const answer = await rawExchange(pty.master, good, 60);
+    const answer = await rawExchange(pty.master, good, 8);
     expect(answer).toEqual(withCrc(Buffer.from([1, 0x10, 0x00, FENCED.COMMAND_START, 0x00, FENCED.COMMAND_COUNT])));
     expect(s().device(1).fence).toMatchObject({ token: 3, seq: 0 });
   });
@@ -136,8 +136,7 @@ describe("fenced actuator over a pty, modbus-serial master", () => {
 
   it("survives power loss between persist and act: no answer, then the retry is a duplicate", async () => {
     s().crashAfterPersist(1);
-    const err = await failure(m().writeRegisters(FENCED.COMMAND_START, block(8, 0, 60)));
-    expect(err.message).toMatch(/timed out/i);
+    expect(await timeoutOf(m(), () => m().writeRegisters(FENCED.COMMAND_START, block(8, 0, 60)))).toMatch(/timed out/i);
     const rb = await readback(m());
     expect(rb.fence).toMatchObject({ token: 8, seq: 0 });
     expect(rb.readings.targetPosition).toBe(60); // acted on at power-up from the EEPROM
@@ -152,14 +151,14 @@ describe("fenced actuator over a pty, modbus-serial master", () => {
 
   it("feeds the watchdog with keep-alives and goes to its safe position when they stop (real time, short)", async () => {
     await s().close();
-    await start({ watchdogMs: 150, safePosition: 5 });
+    await start({ watchdogMs: 300, safePosition: 5 });
     await m().writeRegisters(FENCED.COMMAND_START, block(1, 0, 70));
-    for (let i = 0; i < 4; i++) {
-      await sleep(50);
+    for (let i = 0; i < 8; i++) {
+      await sleep(50); // 8 x 50 ms > 300 ms: only the keep-alives keep it out of safe state
       await m().writeRegister(FENCED.KEEPALIVE, 1);
     }
     expect((await readback(m())).readings).toMatchObject({ safeState: false, targetPosition: 70 });
-    await sleep(250);
+    await sleep(400);
     expect((await readback(m())).readings).toMatchObject({ safeState: true, targetPosition: 5, actualPosition: 5 });
   });
 });
@@ -169,7 +168,7 @@ describe("several units on one bus", () => {
     await closeMaster(m());
     await s().close();
     await start({ units: [1, 2] });
-    master = await rtuMaster(pty.master, 1, 150);
+    master = await rtuMaster(pty.master);
   });
 
   it("keeps a separate fence per unit and ignores unit ids it does not have", async () => {
@@ -178,14 +177,13 @@ describe("several units on one bus", () => {
     await m().writeRegisters(FENCED.COMMAND_START, block(1, 0, 20)); // lower than unit 1's token: fine, other fence
     expect((await readback(m())).fence).toMatchObject({ token: 1 });
     m().setID(3);
-    expect((await failure(m().readHoldingRegisters(0, 1))).message).toMatch(/timed out/i);
+    expect(await timeoutOf(m(), () => m().readHoldingRegisters(0, 1))).toMatch(/timed out/i);
     expect(s().device(1).fence.token).toBe(3);
   });
 
   it("acts on a broadcast (unit 0) without answering", async () => {
     m().setID(0);
-    await m().writeRegisters(FENCED.COMMAND_START, block(9, 0, 90)).catch(() => undefined);
-    await sleep(30);
+    await timeoutOf(m(), () => m().writeRegisters(FENCED.COMMAND_START, block(9, 0, 90))).catch(() => undefined);
     expect(s().device(1).fence.token).toBe(9);
     expect(s().device(2).fence.token).toBe(9);
     expect(s().counters.replies).toBe(0);
@@ -202,7 +200,7 @@ describe("fault injection over the pty", () => {
 
   it("drops the response after acting: the master times out, the device moved", async () => {
     s().dropResponses(1);
-    expect((await failure(m().writeRegisters(FENCED.COMMAND_START, block(2, 0, 10)))).message).toMatch(/timed out/i);
+    expect(await timeoutOf(m(), () => m().writeRegisters(FENCED.COMMAND_START, block(2, 0, 10)))).toMatch(/timed out/i);
     expect(s().device(1).applied).toHaveLength(1);
   });
 
@@ -214,7 +212,7 @@ describe("fault injection over the pty", () => {
 
   it("mutes and delays", async () => {
     s().mute(true);
-    expect((await failure(m().readHoldingRegisters(0, 1))).message).toMatch(/timed out/i);
+    expect(await timeoutOf(m(), () => m().readHoldingRegisters(0, 1))).toMatch(/timed out/i);
     s().clearFaults();
     s().setDelay(120);
     const t0 = performance.now();

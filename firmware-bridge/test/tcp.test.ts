@@ -9,7 +9,7 @@ import type { PtyPair } from "../src/pty.ts";
 import { transactionLimitMs } from "../src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 import type { SimulatorHandle } from "../src/simulator.ts";
-import { closeMaster, failure, rtuMaster, tcpMaster } from "./helpers.ts";
+import { closeMaster, failure, rtuMaster, tcpMaster, timeoutOf } from "./helpers.ts";
 import type { Master } from "./helpers.ts";
 
 let sim: SimulatorHandle | undefined;
@@ -36,9 +36,9 @@ describe("Modbus TCP", () => {
 
   it("corrupts a response as a wrong transaction id, which the client never takes for its answer", async () => {
     sim = await startSimulator({ tcp: { port: 0 } });
-    master = await tcpMaster(sim.tcp!.port, 1, 200);
+    master = await tcpMaster(sim.tcp!.port);
     sim.corruptCrc(1);
-    await failure(master.readHoldingRegisters(0, 1));
+    await timeoutOf(master, () => master!.readHoldingRegisters(0, 1));
     expect(sim.counters.replies).toBe(1);
   });
 });
