@@ -1,0 +1,98 @@
+/**
+ * Observing from the outside: an MQTT subscriber that remembers every message per topic
+ * (with its retain flag) and lets a test await one, and a poll-until for in-process state
+ * such as the simulator's device snapshot.
+ */
+import { randomUUID } from "node:crypto";
+import mqtt, { type MqttClient } from "mqtt";
+
+export interface Seen {
+  readonly topic: string;
+  readonly payload: string;
+  readonly retain: boolean;
+}
+
+export class TopicWatcher {
+  readonly messages: Seen[] = [];
+  private readonly waiters: { pred: (m: Seen) => boolean; resolve: (m: Seen) => void }[] = [];
+
+  private constructor(readonly client: MqttClient) {
+    client.on("message", (topic, payload, packet) => {
+      const m: Seen = { topic, payload: payload.toString(), retain: packet.retain };
+      this.messages.push(m);
+      for (const w of [...this.waiters]) {
+        if (w.pred(m)) {
+          this.waiters.splice(this.waiters.indexOf(w), 1);
+          w.resolve(m);
+        }
+      }
+    });
+  }
+
+  /** Connects (reconnecting and resubscribing by itself after a broker restart) and subscribes. */
+  static async connect(url: string, topics: readonly string[]): Promise<TopicWatcher> {
+    const client = await mqtt.connectAsync(url, { protocolVersion: 5, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
+    const w = new TopicWatcher(client);
+    await client.subscribeAsync([...topics], { qos: 1 });
+    return w;
+  }
+
+  /** The last message seen on `topic`, if any. */
+  last(topic: string): Seen | undefined {
+    for (let i = this.messages.length - 1; i >= 0; i--) if (this.messages[i]!.topic === topic) return this.messages[i];
+    return undefined;
+  }
+
+  /** Resolves with the first message from index `from` on (past or future) that `pred` accepts. */
+  waitFor(pred: (m: Seen) => boolean, options: { from?: number; timeoutMs?: number; what?: string } = {}): Promise<Seen> {
+    const seen = this.messages.slice(options.from ?? 0).find(pred);
+    if (seen) return Promise.resolve(seen);
+    const timeoutMs = options.timeoutMs ?? 10_000;
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        pred,
+        resolve: (m: Seen) => {
+          clearTimeout(timer);
+          resolve(m);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiters.splice(this.waiters.indexOf(waiter), 1);
+        const recent = this.messages.slice(-5).map((m) => `${m.topic}: ${m.payload}`);
+        reject(new Error(`no ${options.what ?? "matching message"} within ${timeoutMs} ms; last: ${JSON.stringify(recent)}`));
+      }, timeoutMs);
+      this.waiters.push(waiter);
+    });
+  }
+
+  /** Like {@link waitFor} on one topic, parsing the payload as JSON for the predicate. */
+  waitForJson(topic: string, pred: (body: Record<string, any>) => boolean, options: { from?: number; timeoutMs?: number; what?: string } = {}): Promise<Record<string, any>> {
+    return this.waitFor((m) => m.topic === topic && safeJson(m.payload) !== undefined && pred(safeJson(m.payload)!), { what: `${topic} message`, ...options }).then(
+      (m) => safeJson(m.payload)!,
+    );
+  }
+
+  async close(): Promise<void> {
+    await this.client.endAsync(true);
+  }
+}
+
+function safeJson(s: string): Record<string, any> | undefined {
+  try {
+    const v: unknown = JSON.parse(s);
+    return typeof v === "object" && v !== null ? (v as Record<string, any>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Polls `check` every `everyMs` until it returns a value other than undefined/false. */
+export async function until<T>(check: () => T | undefined | false, options: { timeoutMs?: number; everyMs?: number; what?: string } = {}): Promise<T> {
+  const deadline = Date.now() + (options.timeoutMs ?? 10_000);
+  for (;;) {
+    const v = check();
+    if (v !== undefined && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${options.what ?? "a condition"}`);
+    await new Promise((r) => (options.everyMs === 0 ? setImmediate(r) : setTimeout(r, options.everyMs ?? 5)));
+  }
+}
