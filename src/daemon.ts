@@ -153,6 +153,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       bus.on("transaction", (_unit, seconds, result) => m.onTransaction(name, seconds, result));
       bus.on("link", (up) => m.onBus(name, up));
     }
+    bus.on("link", (up) => {
+      // The first scheduled poll ran before the bus had opened: without this, a unit would
+      // stay offline, and a fenced one without leases, for a whole poll interval.
+      if (up) for (const a of config.actuators) if (a.bus === name) gateway.pollNow(a.id);
+    });
     bus.on("unit", (unit, online) => {
       for (const a of config.actuators) if (a.bus === name && a.unit === unit) gateway.linkChanged(a.id, online);
     });

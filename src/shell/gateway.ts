@@ -325,6 +325,11 @@ export class Gateway {
     this.runtimes.get(actuator)?.linkChanged(online);
   }
 
+  /** Reads an actuator's device now, outside its poll schedule (e.g. its bus has just opened). */
+  pollNow(actuator: string): void {
+    void this.runtimes.get(actuator)?.poll();
+  }
+
   /** Stops taking requests and waits for every accepted command to finish (or the timeout). */
   async drain(timeoutMs: number): Promise<boolean> {
     this.accepting = false;
