@@ -132,13 +132,17 @@ class ActuatorRuntime {
     device
       .write(cmd)
       .then(async (outcome) => {
+        if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED") {
+          // The device's own fence is ahead of ours: learn it before the refusal is answered,
+          // so no lease granted after the controller hears of it is at or below the device's
+          // token. Until it has been read, no lease is granted at all.
+          this.fenceKnown = false;
+          await this.readDeviceFence();
+        }
         this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
         if (outcome.kind === "applied") {
           this.points = { ...this.points, ...outcome.applied };
           void this.poll();
-        } else if (outcome.code === "DEVICE_REJECTED") {
-          // The device's own fence is ahead of ours: learn it so we never grant below it.
-          await this.readDeviceFence();
         }
       })
       .catch((err: unknown) => this.gw.fatal(err));
@@ -173,6 +177,7 @@ class ActuatorRuntime {
       .then((points) => {
         this.points = points;
         this.publishState(this.state);
+        if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
         return true;
       })
       .catch(() => false) // the link adapter reports the device offline; state says so
