@@ -178,7 +178,7 @@ export class ModbusDevice implements DevicePort {
       return { kind: "failed", code: "DEVICE_ERROR", message: `The device answered Modbus exception ${modbusCode}.`, modbusCode };
     }
     if (isTimeout(err)) {
-      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: "The device did not confirm the write in time; it may or may not have acted. Re-read state." };
+      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: "The device did not confirm the write in time; it may or may not have acted, so re-read state." };
     }
     return { kind: "failed", code: "OUTCOME_UNKNOWN", message: `The write failed after it may have been sent (${String(err)}); re-read state.` };
   }
