@@ -10,16 +10,20 @@ export interface Seen {
   readonly topic: string;
   readonly payload: string;
   readonly retain: boolean;
+  /** The MQTT 5 Correlation Data the message carried, if any. */
+  readonly correlationData?: Buffer | undefined;
 }
 
 export class TopicWatcher {
   readonly messages: Seen[] = [];
   private readonly waiters: { pred: (m: Seen) => boolean; resolve: (m: Seen) => void }[] = [];
+  private lastAtMs = 0;
 
   private constructor(readonly client: MqttClient) {
     client.on("message", (topic, payload, packet) => {
-      const m: Seen = { topic, payload: payload.toString(), retain: packet.retain };
+      const m: Seen = { topic, payload: payload.toString(), retain: packet.retain, correlationData: packet.properties?.correlationData };
       this.messages.push(m);
+      this.lastAtMs = performance.now();
       for (const w of [...this.waiters]) {
         if (w.pred(m)) {
           this.waiters.splice(this.waiters.indexOf(w), 1);
@@ -29,12 +33,30 @@ export class TopicWatcher {
     });
   }
 
-  /** Connects (reconnecting and resubscribing by itself after a broker restart) and subscribes. */
-  static async connect(url: string, topics: readonly string[]): Promise<TopicWatcher> {
-    const client = await mqtt.connectAsync(url, { protocolVersion: 5, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
+  /**
+   * Connects (reconnecting and resubscribing by itself after a broker restart) and subscribes.
+   * MQTT 5 unless `v5: false` (3.1.1). With no topics it only publishes.
+   */
+  static async connect(url: string, topics: readonly string[], options: { v5?: boolean } = {}): Promise<TopicWatcher> {
+    const protocolVersion = options.v5 === false ? 4 : 5;
+    const client = await mqtt.connectAsync(url, { protocolVersion, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
     const w = new TopicWatcher(client);
-    await client.subscribeAsync([...topics], { qos: 1 });
+    if (topics.length > 0) await client.subscribeAsync([...topics], { qos: 1 });
     return w;
+  }
+
+  /** The index the next message will get: pass it as `from` to look only at later messages. */
+  mark(): number {
+    return this.messages.length;
+  }
+
+  /** Resolves once no message has arrived for `quietMs` (to show that something did NOT come). */
+  async quiet(quietMs: number): Promise<void> {
+    for (;;) {
+      const wait = this.lastAtMs + quietMs - performance.now();
+      if (wait <= 0) return;
+      await new Promise((r) => setTimeout(r, wait));
+    }
   }
 
   /** The last message seen on `topic`, if any. */
@@ -77,7 +99,7 @@ export class TopicWatcher {
   }
 }
 
-function safeJson(s: string): Record<string, any> | undefined {
+export function safeJson(s: string): Record<string, any> | undefined {
   try {
     const v: unknown = JSON.parse(s);
     return typeof v === "object" && v !== null ? (v as Record<string, any>) : undefined;
@@ -95,4 +117,17 @@ export async function until<T>(check: () => T | undefined | false, options: { ti
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${options.what ?? "a condition"}`);
     await new Promise((r) => (options.everyMs === 0 ? setImmediate(r) : setTimeout(r, options.everyMs ?? 5)));
   }
+}
+
+/**
+ * Turns Nagle's algorithm off on an mqtt.js client's socket, now and after every reconnect.
+ * mqtt.js does not do it by itself, and with Nagle plus the broker's delayed ACK a client
+ * that sends one request at a time waits ~40 ms per round trip (field notes): a test
+ * measuring throughput or fairness would be measuring that instead.
+ */
+export function tcpNoDelay(client: MqttClient): MqttClient {
+  const set = () => (client.stream as { setNoDelay?: (on: boolean) => void } | undefined)?.setNoDelay?.(true);
+  set();
+  client.on("connect", set);
+  return client;
 }
