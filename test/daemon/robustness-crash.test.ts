@@ -15,7 +15,7 @@ import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/
 import { TestController, type Json } from "../support/controller.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
-import { TopicWatcher, until } from "../support/watch.ts";
+import { TopicWatcher, tcpNoDelay, until } from "../support/watch.ts";
 
 const LIVES = 6;
 const A = "valve-1";
@@ -53,6 +53,7 @@ beforeAll(async () => {
     commands: { defaultDeadlineMs: 10_000, maxDeadlineMs: 10_000 },
   });
   ctl = await TestController.connect(broker.url, "streamer");
+  tcpNoDelay(ctl.client);
   watcher = await TopicWatcher.connect(broker.url, [STATUS_TOPIC]);
 });
 

@@ -1,0 +1,215 @@
+/**
+ * One Modbus RTU line shared by two units, end to end: the real daemon process, real
+ * Mosquitto, and the simulated fenced actuator answering units 1 and 2 on a real pty pair.
+ *
+ * - Fairness: two controllers hammering two actuators on the same line both make progress.
+ * - A late reply after a timeout is never taken for the answer to a later request. RTU has
+ *   no transaction id: a slave's answer carries only its unit, function code and data, so
+ *   a late FC03 answer of unit 2 is byte-for-byte a valid answer to the next FC03 of unit 2
+ *   (libmodbus#83). The scenario below is built so that a master which sends the next
+ *   request as soon as it gives up (modbus-serial on its own) WOULD report a stale position.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
+import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
+import { TestController, type Json } from "../support/controller.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
+import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+import { freePort } from "../support/ports.ts";
+import { TopicWatcher, tcpNoDelay, until } from "../support/watch.ts";
+
+/** The bus timeout; the daemon waits for max(20, T/2) ms of silence after a timeout. */
+const TIMEOUT_MS = 200;
+const QUIET_MS = TIMEOUT_MS / 2;
+const HOUR_MS = 3_600_000;
+
+let dir: string;
+let broker: Broker | undefined;
+let pty: PtyPair | undefined;
+let sim: SimulatorHandle | undefined;
+let daemon: DaemonProcess | undefined;
+let c1: TestController | undefined;
+let c2: TestController | undefined;
+let watcher: TopicWatcher | undefined;
+let metricsPort = 0;
+
+/** How many transactions on the line ended with `result`, from the daemon's /metrics. */
+async function transactions(result: "ok" | "timeout" | "exception" | "error"): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith(`fencegate_modbus_transaction_seconds_count{bus="line",result="${result}"}`));
+  return line ? Number(line.split(" ").at(-1)) : 0;
+}
+
+/**
+ * Calls `onRequest` synchronously each time the simulator takes a request off the line,
+ * before it builds the answer (the station counts the request first): a fault set there
+ * applies to exactly this request.
+ */
+let onRequest: ((n: number) => void) | null = null;
+function hookRequests(s: SimulatorHandle): void {
+  let requests = s.counters.requests;
+  Object.defineProperty(s.counters, "requests", {
+    configurable: true,
+    enumerable: true,
+    get: () => requests,
+    set: (v: number) => {
+      requests = v;
+      onRequest?.(v);
+    },
+  });
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "fencegate-bus-"));
+  broker = await startMosquitto();
+  pty = await createPtyPair();
+  sim = await startSimulator({ serial: { path: pty.device }, units: [1, 2], rate: 0 });
+  metricsPort = await freePort();
+  hookRequests(sim);
+  daemon = DaemonProcess.start(
+    dir,
+    gatewayConfig({
+      brokerUrl: broker.url,
+      journalPath: join(dir, "journal.db"),
+      buses: { line: { type: "rtu", path: pty.master, timeoutMs: TIMEOUT_MS } },
+      metricsPort,
+      // No background polling: every transaction on the line is one a test caused.
+      actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: HOUR_MS }), valve("valve-2", "line", 2, "fenced", { pollIntervalMs: HOUR_MS })],
+    }),
+  );
+  await daemon.ready(["valve-1", "valve-2"]);
+  [c1, c2] = await Promise.all([TestController.connect(broker.url, "c1"), TestController.connect(broker.url, "c2")]);
+  for (const c of [c1, c2]) tcpNoDelay(c.client); // else the one-at-a-time controller measures Nagle, not the bus
+  watcher = await TopicWatcher.connect(broker.url, ["fencegate/valve-2/state"]);
+});
+
+afterAll(async () => {
+  onRequest = null;
+  await daemon?.kill("SIGKILL");
+  await Promise.allSettled([c1?.close(), c2?.close(), watcher?.close()]);
+  await sim?.close();
+  await pty?.close();
+  await broker?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** Resolves once the line has carried no request for `ms`. */
+async function quiesce(ms = 150): Promise<void> {
+  let last = sim!.counters.requests;
+  let since = performance.now();
+  await until(
+    () => {
+      const now = sim!.counters.requests;
+      if (now !== last) [last, since] = [now, performance.now()];
+      return performance.now() - since >= ms;
+    },
+    { what: "a quiet line" },
+  );
+}
+
+async function lease(c: TestController, actuator: string): Promise<number> {
+  const r = await c.acquire(actuator, 60_000);
+  expect(r.ok, JSON.stringify(r)).toBe(true);
+  return r.lease.token as number;
+}
+
+describe("two units on one RTU line", () => {
+  it("serves two controllers hammering two actuators fairly: both progress, neither gets < 1/3 of the other", async () => {
+    const DURATION_MS = 3000;
+    // c1 keeps 8 commands outstanding, c2 one at a time: the greedy one must not crowd out the other.
+    const run = async (c: TestController, actuator: string, window: number) => {
+      const token = await lease(c, actuator);
+      const replies: Json[] = [];
+      let seq = 0;
+      const until = performance.now() + DURATION_MS;
+      const lane = async () => {
+        while (performance.now() < until) {
+          const s = seq++;
+          replies.push(await c.command(actuator, token, s, { position: s % 101 }, { deadlineMs: 5000 }));
+        }
+      };
+      await Promise.all(Array.from({ length: window }, lane));
+      return { token, replies };
+    };
+    const [r1, r2] = await Promise.all([run(c1!, "valve-1", 8), run(c2!, "valve-2", 1)]);
+
+    for (const [unit, r] of [[1, r1], [2, r2]] as const) {
+      // Pipelined commands may overtake each other in flight: those that lost are STALE_SEQ, nothing else.
+      const refused = r.replies.filter((x) => !x.ok).map((x) => x.error.code);
+      expect(new Set(refused).size <= 1 && refused.every((code) => code === "STALE_SEQ"), JSON.stringify(refused.slice(0, 5))).toBe(true);
+      const ok = r.replies.filter((x) => x.ok);
+      const applied = sim!.device(unit).applied.filter((e) => e.token === r.token);
+      // Each applied reply is one command the device acted on, with the value it holds.
+      expect(applied.length).toBe(ok.length);
+      expect(applied.map((e) => e.setpoints.position)).toEqual(ok.sort((a, b) => a.seq - b.seq).map((x) => x.applied.position));
+    }
+    const n1 = sim!.device(1).applied.filter((e) => e.token === r1.token).length;
+    const n2 = sim!.device(2).applied.filter((e) => e.token === r2.token).length;
+    console.info(`robustness-bus: applied on unit 1: ${n1}, on unit 2: ${n2}`);
+    expect(Math.min(n1, n2), `unit 1 applied ${n1}, unit 2 applied ${n2}`).toBeGreaterThan(10);
+    expect(Math.min(n1, n2) * 3, `unit 1 applied ${n1}, unit 2 applied ${n2}`).toBeGreaterThanOrEqual(Math.max(n1, n2));
+  });
+
+  it("never takes a late reply after a timeout for the answer to the next request of the same unit", async () => {
+    const token = await lease(c2!, "valve-2");
+    expect(await c2!.command("valve-2", token, 1000, { position: 20 })).toMatchObject({ ok: true, applied: { position: 20 } });
+    await quiesce();
+    expect(sim!.device(2).targetPosition).toBe(20);
+    const timeoutsBefore = await transactions("timeout");
+
+    // The read's poll is FC06 keep-alive (request 1), then FC03 of position/actual/status
+    // (request 2). Request 2 is answered LATE_MS after it arrived: past the timeout, inside
+    // the quiet window. Meanwhile the command to 60 queues behind it; from request 3 on the
+    // unit answers normally again, each in ANSWER_MS.
+    //
+    // A master that sends the next request the moment it times out (t = 200) would see:
+    // FC16 (to 60) answered at ~230, FC06 keep-alive at ~265, FC03 sent at ~270 and answered
+    // at ~305; the late FC03 of request 2 (position 20) lands at ~280: in that window, and
+    // is taken for the answer. The state would say 20 while the device holds 60.
+    const LATE_MS = TIMEOUT_MS + 80;
+    const ANSWER_MS = 30;
+    expect(LATE_MS - TIMEOUT_MS).toBeLessThan(QUIET_MS);
+    let first = -1;
+    const sent: { command?: Promise<Json> } = {};
+    onRequest = (n) => {
+      if (first < 0) first = n;
+      const k = n - first + 1;
+      if (k === 2) {
+        sim!.setDelay(LATE_MS, 2);
+        sent.command = c2!.command("valve-2", token, 1001, { position: 60 });
+      } else if (k === 3) {
+        sim!.setDelay(ANSWER_MS, 2);
+      }
+    };
+    const from = watcher!.messages.length;
+    let read: Json;
+    try {
+      read = await c2!.read("valve-2");
+      const applied = await until(() => sent.command, { what: "the command to be sent" });
+      expect(applied).toMatchObject({ ok: true, outcome: "applied", applied: { position: 60 } });
+    } finally {
+      onRequest = null;
+    }
+    // The timed-out read answered with what the gateway knew before: the device at 20.
+    expect(read).toMatchObject({ ok: true, state: { points: { position: 20 } } });
+    await quiesce();
+    sim!.setDelay(0, 2);
+    expect(sim!.device(2).targetPosition).toBe(60);
+    // Exactly one transaction timed out: the delayed FC03; its answer came after that.
+    expect((await transactions("timeout")) - timeoutsBefore).toBe(1);
+
+    // From the command's confirmation on (the first state at 60), every state published
+    // matches the device: the poll after it must not bring back 20.
+    const states = watcher!.messages.slice(from).map((m) => JSON.parse(m.payload) as Json);
+    const confirmed = states.findIndex((s) => s.points.position === 60);
+    expect(confirmed, JSON.stringify(states)).toBeGreaterThanOrEqual(0);
+    const afterCommand = states.slice(confirmed);
+    for (const s of afterCommand) expect(s.points, JSON.stringify(s)).toMatchObject({ position: 60 });
+    expect(afterCommand.at(-1)!.points).toEqual({ position: 60, actual: 60, status: sim!.device(2).status });
+    // A fresh read agrees, and unit 2 stayed online (one timeout is not two).
+    expect(await c2!.read("valve-2")).toMatchObject({ ok: true, state: { online: true, points: { position: 60, actual: 60 } } });
+  });
+});
