@@ -212,4 +212,45 @@ describe("two units on one RTU line", () => {
     // A fresh read agrees, and unit 2 stayed online (one timeout is not two).
     expect(await c2!.read("valve-2")).toMatchObject({ ok: true, state: { online: true, points: { position: 60, actual: 60 } } });
   });
+  it("never takes another unit's reply, arriving after the quiet window, for the answer of the unit asked", async () => {
+    const [t1, t2] = [await lease(c1!, "valve-1"), await lease(c2!, "valve-2")];
+    expect(await c1!.command("valve-1", t1, 5000, { position: 25 })).toMatchObject({ ok: true, applied: { position: 25 } });
+    expect(await c2!.command("valve-2", t2, 5000, { position: 75 })).toMatchObject({ ok: true, applied: { position: 75 } });
+    await quiesce();
+    const before = { ok: await transactions("ok"), timeout: await transactions("timeout"), error: await transactions("error") };
+
+    // Reads of valve-2 then valve-1: on the line FC06(2), FC06(1), FC03(2), FC03(1), taken
+    // in turn. Unit 1 answers in UNIT1_MS; unit 2's FC03 (the first unit-2 request after its
+    // keep-alive) in LATE_MS: it times out at ~350, the line is quiet until ~450, FC03(1)
+    // goes out then and is answered at ~600, and unit 2's late answer (position 75, same
+    // function code and length) lands at ~530, in the middle of it. Only the unit id tells
+    // it apart; a master taking it would report 75 for valve-1 or fail the read.
+    const UNIT1_MS = 150;
+    const LATE_MS = TIMEOUT_MS + QUIET_MS + 80;
+    const keepAlives2 = sim!.device(2).keepAlives;
+    sim!.setDelay(UNIT1_MS, 1);
+    onRequest = () => {
+      if (sim!.device(2).keepAlives > keepAlives2) {
+        sim!.setDelay(LATE_MS, 2);
+        onRequest = null;
+      }
+    };
+    let r1: Json;
+    try {
+      const r2 = c2!.read("valve-2");
+      r1 = await c1!.read("valve-1");
+      await r2;
+    } finally {
+      onRequest = null;
+    }
+    await quiesce(LATE_MS);
+    sim!.setDelay(0);
+    expect(r1).toMatchObject({ ok: true, state: { online: true, points: { position: 25, actual: 25 } } });
+    // Unit 2's FC03 timed out; every other transaction (both keep-alives, unit 1's FC03) got its own answer.
+    expect((await transactions("timeout")) - before.timeout).toBe(1);
+    expect((await transactions("error")) - before.error).toBe(0);
+    expect((await transactions("ok")) - before.ok).toBe(3);
+    expect(await c1!.read("valve-1")).toMatchObject({ ok: true, state: { points: { position: 25 } } });
+    expect(await c2!.read("valve-2")).toMatchObject({ ok: true, state: { online: true, points: { position: 75 } } });
+  });
 });
