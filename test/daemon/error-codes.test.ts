@@ -26,8 +26,8 @@ const ModbusRTU = ModbusSerial.default;
 const BASE = "fencegate";
 /** Never polled on its own: every transaction to units 2 and 3 is one a test caused. */
 const NO_POLL = { pollIntervalMs: 3_600_000 };
-const BUS_TIMEOUT_MS = 400;
-const SLOW_DEVICE_MS = 150;
+const BUS_TIMEOUT_MS = 500;
+const SLOW_DEVICE_MS = 200;
 
 const teardown = new Teardown();
 let sim: SimulatorHandle;
