@@ -3,6 +3,7 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
+import type { GatewayConfig } from "../config/schema.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
 
@@ -58,6 +59,11 @@ export async function runDaemon(configPath: string, logLevel?: string): Promise<
     }
     throw err;
   }
+  return serve(config, logLevel);
+}
+
+/** Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error. */
+export async function serve(config: GatewayConfig, logLevel?: string): Promise<number> {
   const log = pino({ level: logLevel ?? config.logging.level });
   let daemon;
   try {

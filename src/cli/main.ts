@@ -5,7 +5,13 @@
  */
 type Subcommand = (argv: string[]) => Promise<number>;
 
-const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand> }> = {
+const controller = async () => (await import("./controller.ts")).runController;
+
+const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand>; passName?: boolean }> = {
+  start: {
+    summary: "the gateway on its embedded defaults: local or embedded broker, simulated actuator",
+    load: async () => (await import("./start.ts")).main,
+  },
   daemon: {
     summary: "run the gateway: Modbus buses, the MQTT API, the journal (--config FILE)",
     load: async () => (await import("./daemon.ts")).main,
@@ -14,11 +20,16 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
     summary: "run the simulated actuator (fenced or plain Modbus profile) on a serial device or TCP",
     load: async () => (await import("../../firmware-bridge/src/cli.ts")).main,
   },
+  lease: { summary: "lease acquire|renew|release ACTUATOR: take, keep or give back a lease", load: controller, passName: true },
+  send: { summary: "send ACTUATOR POINT=VALUE --token N: command under a lease", load: controller, passName: true },
+  read: { summary: "read ACTUATOR: device state, lease and fence, fresh", load: controller, passName: true },
+  status: { summary: "a table of every actuator: holder, token, fence, online, points", load: controller, passName: true },
+  watch: { summary: "watch ACTUATOR: follow states and decisions live", load: controller, passName: true },
 };
 
 function usage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return ["usage: fencegate <command> [options]", "", "commands:", ...lines, "", "Run `fencegate <command> --help` for a command's options."].join("\n");
+  return ["usage: fencegate <command> [options]", "", "commands:", ...lines, "", "Run `fencegate <command> --help` for a command's options and examples."].join("\n");
 }
 
 async function run(argv: string[]): Promise<number> {
@@ -32,7 +43,8 @@ async function run(argv: string[]): Promise<number> {
     console.error(`fencegate: unknown command "${name}"\n\n${usage()}`);
     return 64;
   }
-  return (await sub.load())(rest);
+  return (await sub.load())(sub.passName ? argv : rest);
 }
 
-process.exitCode = await run(process.argv.slice(2));
+// Exit explicitly: a client left reconnecting to an absent broker must not keep the CLI alive.
+process.exit(await run(process.argv.slice(2)));

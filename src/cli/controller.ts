@@ -1,0 +1,371 @@
+/**
+ * The operator's commands: `fencegate lease|send|read|status|watch`. They speak the MQTT
+ * API through the client library, print for people by default and JSON with --json, and
+ * exit with a code per class of outcome so scripts can branch on it.
+ */
+import { hostname } from "node:os";
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { loadConfigFile } from "../config/load.ts";
+import { FencegateClient, FencegateError, FencegateTimeoutError, type ActuatorState } from "../client/index.ts";
+
+/** Exit codes: one per class of outcome. */
+export const EXIT = {
+  OK: 0,
+  /** The lease or fence said no: LEASE_HELD, NOT_HOLDER, LEASE_EXPIRED, STALE_TOKEN, UNKNOWN_TOKEN, STALE_SEQ, DUPLICATE. */
+  REFUSED: 2,
+  /** The device failed or may have acted: DEVICE_REJECTED, DEVICE_ERROR, OUTCOME_UNKNOWN. */
+  DEVICE: 3,
+  /** Try again later: DEVICE_UNAVAILABLE, OVERLOADED, DEADLINE_EXCEEDED, no reply, broker unreachable. */
+  UNAVAILABLE: 4,
+  /** The request itself is wrong: INVALID_REQUEST, RETAINED_REQUEST, UNKNOWN_ACTUATOR, point errors. */
+  INVALID: 5,
+  USAGE: 64,
+  INTERNAL: 70,
+} as const;
+
+const CODE_CLASS: Record<string, number> = {
+  LEASE_HELD: EXIT.REFUSED,
+  NOT_HOLDER: EXIT.REFUSED,
+  LEASE_EXPIRED: EXIT.REFUSED,
+  STALE_TOKEN: EXIT.REFUSED,
+  UNKNOWN_TOKEN: EXIT.REFUSED,
+  STALE_SEQ: EXIT.REFUSED,
+  DUPLICATE: EXIT.REFUSED,
+  DEVICE_REJECTED: EXIT.DEVICE,
+  DEVICE_ERROR: EXIT.DEVICE,
+  OUTCOME_UNKNOWN: EXIT.DEVICE,
+  DEVICE_UNAVAILABLE: EXIT.UNAVAILABLE,
+  OVERLOADED: EXIT.UNAVAILABLE,
+  DEADLINE_EXCEEDED: EXIT.UNAVAILABLE,
+  INVALID_REQUEST: EXIT.INVALID,
+  RETAINED_REQUEST: EXIT.INVALID,
+  UNKNOWN_ACTUATOR: EXIT.INVALID,
+  UNKNOWN_POINT: EXIT.INVALID,
+  READ_ONLY_POINT: EXIT.INVALID,
+  OUT_OF_RANGE: EXIT.INVALID,
+  BAD_SIGNATURE: EXIT.REFUSED,
+  INTERNAL: EXIT.INTERNAL,
+};
+
+const COMMON_OPTIONS = {
+  broker: { type: "string", short: "b" },
+  holder: { type: "string", short: "H" },
+  config: { type: "string", short: "c" },
+  base: { type: "string" },
+  username: { type: "string" },
+  password: { type: "string" },
+  mqtt3: { type: "boolean" },
+  json: { type: "boolean" },
+  "timeout-ms": { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const satisfies ParseArgsConfig["options"];
+
+const COMMON_HELP = `connection (flags, else environment, else the daemon's --config file):
+  -b, --broker URL        FENCEGATE_BROKER     default mqtt://127.0.0.1:1883
+  -H, --holder ID         FENCEGATE_HOLDER     default cli-<hostname>
+  -c, --config FILE       take broker, base topic and credentials from a daemon config
+      --base TOPIC        FENCEGATE_BASE       default fencegate
+      --username U        FENCEGATE_USERNAME
+      --password P        FENCEGATE_PASSWORD
+      --mqtt3             use MQTT 3.1.1 (replies on <base>/<actuator>/reply/<holder>)
+      --timeout-ms N      how long to wait for a reply (default 5000)
+      --json              print JSON for scripts
+  -h, --help
+
+exit codes: 0 ok, 2 refused by lease/fence, 3 device failed or outcome unknown,
+            4 unavailable (retry later), 5 invalid request, 64 usage, 70 internal`;
+
+interface Command {
+  readonly summary: string;
+  readonly usage: string;
+  readonly examples: readonly string[];
+  readonly options: ParseArgsConfig["options"];
+  readonly run: (ctx: Context) => Promise<number>;
+}
+
+interface Context {
+  readonly args: readonly string[];
+  readonly values: Record<string, string | boolean | undefined>;
+  readonly json: boolean;
+  connect(): Promise<FencegateClient>;
+  print(human: string, json: unknown): void;
+}
+
+class UsageError extends Error {}
+
+function need(ctx: Context, index: number, what: string): string {
+  const v = ctx.args[index];
+  if (v === undefined) throw new UsageError(`missing ${what}`);
+  return v;
+}
+
+function integer(value: string | boolean | undefined, name: string, min = 0): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (typeof value !== "string" || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}`);
+  return n;
+}
+
+function requiredInteger(value: string | boolean | undefined, name: string, min = 0): number {
+  const n = integer(value, name, min);
+  if (n === undefined) throw new UsageError(`--${name} is required`);
+  return n;
+}
+
+function parseSet(pairs: readonly string[]): Record<string, number> {
+  if (pairs.length === 0) throw new UsageError("give at least one point=value");
+  const set: Record<string, number> = {};
+  for (const pair of pairs) {
+    const m = /^([A-Za-z0-9_.-]+)=(.+)$/.exec(pair);
+    const value = m ? Number(m[2]) : Number.NaN;
+    if (!m || !Number.isFinite(value)) throw new UsageError(`"${pair}" is not point=number`);
+    set[m[1]!] = value;
+  }
+  return set;
+}
+
+function formatState(s: ActuatorState): string {
+  const lease = s.lease ? `${s.lease.holder} (token ${s.lease.token}, ${Math.round(s.lease.expiresInMs)} ms left)` : "free";
+  const points = Object.entries(s.points)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(" ");
+  return [`${s.actuator}: ${s.online ? "online" : "OFFLINE"}`, `  lease  ${lease}`, `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`, `  points ${points || "-"}`].join("\n");
+}
+
+const COMMANDS: Record<string, Command> = {
+  "lease acquire": {
+    summary: "take the lease on an actuator and print its token",
+    usage: "fencegate lease acquire ACTUATOR --ttl-ms N",
+    examples: ["fencegate lease acquire valve-1 --ttl-ms 30000 --holder line-2", "TOKEN=$(fencegate lease acquire valve-1 --ttl-ms 30000 --json | jq .token)"],
+    options: { "ttl-ms": { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const ttlMs = requiredInteger(ctx.values["ttl-ms"], "ttl-ms", 1);
+      const client = await ctx.connect();
+      const reply = await client.request(actuator, "lease/acquire", { holder: client.holder, ttlMs });
+      const lease = reply.lease as { holder: string; token: number; ttlMs: number };
+      ctx.print(`${actuator}: lease granted to ${lease.holder}, token ${lease.token}, ttl ${lease.ttlMs} ms (renew before it runs out)`, { actuator, ...lease });
+      return EXIT.OK;
+    },
+  },
+  "lease renew": {
+    summary: "renew a lease before it expires (keeps the token)",
+    usage: "fencegate lease renew ACTUATOR --token N",
+    examples: ["fencegate lease renew valve-1 --token 7 --holder line-2"],
+    options: { token: { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const token = requiredInteger(ctx.values.token, "token", 1);
+      const client = await ctx.connect();
+      const reply = await client.request(actuator, "lease/renew", { holder: client.holder, token });
+      const lease = reply.lease as { holder: string; token: number; ttlMs: number };
+      ctx.print(`${actuator}: lease ${lease.token} renewed for ${lease.ttlMs} ms`, { actuator, ...lease });
+      return EXIT.OK;
+    },
+  },
+  "lease release": {
+    summary: "give a lease back",
+    usage: "fencegate lease release ACTUATOR --token N",
+    examples: ["fencegate lease release valve-1 --token 7 --holder line-2"],
+    options: { token: { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const token = requiredInteger(ctx.values.token, "token", 1);
+      const client = await ctx.connect();
+      await client.request(actuator, "lease/release", { holder: client.holder, token });
+      ctx.print(`${actuator}: lease ${token} released`, { actuator, token, released: true });
+      return EXIT.OK;
+    },
+  },
+  send: {
+    summary: "send a command under a lease's token",
+    usage: "fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]",
+    examples: [
+      "fencegate send valve-1 position=42.5 --token 7 --holder line-2",
+      "fencegate send valve-1 position=0 --token 7 --seq 12 --deadline-ms 2000 --holder line-2",
+    ],
+    options: { token: { type: "string" }, seq: { type: "string" }, "deadline-ms": { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const set = parseSet(ctx.args.slice(1));
+      const token = requiredInteger(ctx.values.token, "token", 1);
+      // Without --seq, milliseconds since the epoch: rises between invocations; if the clock
+      // steps back the gateway refuses STALE_SEQ (safe), it never mis-orders.
+      const seq = integer(ctx.values.seq, "seq") ?? Date.now();
+      const deadlineMs = integer(ctx.values["deadline-ms"], "deadline-ms", 1);
+      const client = await ctx.connect();
+      const reply = await client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
+      const applied = reply.applied as Record<string, number>;
+      ctx.print(`${actuator}: applied ${Object.entries(applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${token}, seq ${seq})`, { actuator, token, seq, applied });
+      return EXIT.OK;
+    },
+  },
+  read: {
+    summary: "read an actuator's device state, lease and fence, fresh from the device",
+    usage: "fencegate read ACTUATOR",
+    examples: ["fencegate read valve-1", "fencegate read valve-1 --json | jq .fence"],
+    options: {},
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const client = await ctx.connect();
+      const state = await client.read(actuator);
+      ctx.print(formatState(state), state);
+      return EXIT.OK;
+    },
+  },
+  status: {
+    summary: "every actuator the broker has a state for: holder, token, fence, online, points",
+    usage: "fencegate status [--wait-ms N]",
+    examples: ["fencegate status", "fencegate status --json"],
+    options: { "wait-ms": { type: "string" } },
+    async run(ctx) {
+      const waitMs = integer(ctx.values["wait-ms"], "wait-ms") ?? 500;
+      const client = await ctx.connect();
+      const states = new Map<string, ActuatorState>();
+      const stop = await client.subscribe(`${client.base}/+/state`, (_t, body) => {
+        const s = body as ActuatorState;
+        if (typeof s?.actuator === "string") states.set(s.actuator, s);
+      });
+      // Retained states arrive right after subscribing; wait until they stop coming.
+      await new Promise((r) => setTimeout(r, waitMs));
+      await stop();
+      const rows = [...states.values()].sort((a, b) => a.actuator.localeCompare(b.actuator));
+      const table = [
+        ["ACTUATOR", "ONLINE", "HOLDER", "TOKEN", "FENCE", "POINTS"],
+        ...rows.map((s) => [
+          s.actuator,
+          s.online ? "yes" : "NO",
+          s.lease?.holder ?? "-",
+          s.lease ? String(s.lease.token) : "-",
+          `${s.fence.token}/${s.fence.seq ?? "-"}`,
+          Object.entries(s.points)
+            .map(([k, v]) => `${k}=${v}`)
+            .join(" "),
+        ]),
+      ];
+      const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
+      const human = rows.length === 0 ? "no actuator states on this broker (is the daemon running? right --base?)" : table.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
+      ctx.print(human, rows);
+      return EXIT.OK;
+    },
+  },
+  watch: {
+    summary: "follow an actuator's states and decisions as they happen",
+    usage: "fencegate watch ACTUATOR [--count N]",
+    examples: ["fencegate watch valve-1", "fencegate watch valve-1 --json --count 10"],
+    options: { count: { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const count = integer(ctx.values.count, "count", 1);
+      const client = await ctx.connect();
+      const abort = new AbortController();
+      process.once("SIGINT", () => abort.abort());
+      let seen = 0;
+      for await (const item of client.watch(actuator, { signal: abort.signal })) {
+        if (item.kind === "state") ctx.print(`[state] ${formatState(item.state).replace(/\n\s*/g, " | ")}`, item);
+        else {
+          const e = item.event;
+          const detail = [e.holder && `holder=${e.holder}`, e.token !== undefined && `token=${e.token}`, e.seq !== undefined && `seq=${e.seq}`, e.code && `code=${e.code}`].filter(Boolean).join(" ");
+          ctx.print(`[${e.at}] ${e.type.padEnd(15)} ${detail}`, item);
+        }
+        if (count !== undefined && ++seen >= count) break;
+      }
+      return EXIT.OK;
+    },
+  },
+};
+
+function helpFor(name: string, cmd: Command): string {
+  return [`usage: ${cmd.usage}`, "", cmd.summary, "", "examples:", ...cmd.examples.map((e) => `  ${e}`), "", COMMON_HELP].join("\n");
+}
+
+export function controllerHelp(): string[] {
+  return Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
+}
+
+export function isControllerCommand(argv: readonly string[]): boolean {
+  return resolveCommand(argv) !== null;
+}
+
+function resolveCommand(argv: readonly string[]): { name: string; rest: string[] } | null {
+  const two = `${argv[0]} ${argv[1]}`;
+  if (COMMANDS[two]) return { name: two, rest: argv.slice(2) };
+  if (argv[0] !== undefined && COMMANDS[argv[0]]) return { name: argv[0], rest: argv.slice(1) };
+  return null;
+}
+
+function connectionSettings(values: Record<string, string | boolean | undefined>) {
+  const env = process.env;
+  const file = typeof values.config === "string" ? loadConfigFile(values.config) : undefined;
+  const str = (v: string | boolean | undefined) => (typeof v === "string" ? v : undefined);
+  return {
+    url: str(values.broker) ?? env.FENCEGATE_BROKER ?? file?.mqtt.url ?? "mqtt://127.0.0.1:1883",
+    holder: str(values.holder) ?? env.FENCEGATE_HOLDER ?? `cli-${hostname().replace(/[^A-Za-z0-9._:-]/g, "-")}`,
+    baseTopic: str(values.base) ?? env.FENCEGATE_BASE ?? file?.mqtt.baseTopic ?? "fencegate",
+    username: str(values.username) ?? env.FENCEGATE_USERNAME ?? file?.mqtt.username,
+    password: str(values.password) ?? env.FENCEGATE_PASSWORD ?? file?.mqtt.password,
+    protocolVersion: values.mqtt3 ? (4 as const) : (5 as const),
+  };
+}
+
+export async function runController(argv: string[]): Promise<number> {
+  const resolved = resolveCommand(argv);
+  if (!resolved) {
+    console.error(`fencegate: unknown command "${argv.join(" ")}"`);
+    return EXIT.USAGE;
+  }
+  const cmd = COMMANDS[resolved.name]!;
+  let parsed;
+  try {
+    parsed = parseArgs({ args: resolved.rest, options: { ...COMMON_OPTIONS, ...cmd.options }, allowPositionals: true, strict: true });
+  } catch (err) {
+    console.error(`fencegate ${resolved.name}: ${(err as Error).message}\n\n${helpFor(resolved.name, cmd)}`);
+    return EXIT.USAGE;
+  }
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  if (values.help) {
+    console.log(helpFor(resolved.name, cmd));
+    return EXIT.OK;
+  }
+  const json = values.json === true;
+  let client: FencegateClient | null = null;
+  const ctx: Context = {
+    args: parsed.positionals,
+    values,
+    json,
+    async connect() {
+      const settings = connectionSettings(values);
+      const timeoutMs = integer(values["timeout-ms"], "timeout-ms", 1) ?? 5000;
+      client = await Promise.race([
+        FencegateClient.connect({ ...settings, requestTimeoutMs: timeoutMs }),
+        new Promise<never>((_, reject) => setTimeout(() => reject(new FencegateTimeoutError(`cannot reach the broker at ${settings.url}`)), timeoutMs).unref()),
+      ]);
+      return client;
+    },
+    print(human, data) {
+      console.log(json ? JSON.stringify(data) : human);
+    },
+  };
+  try {
+    return await cmd.run(ctx);
+  } catch (err) {
+    if (err instanceof UsageError) {
+      console.error(`fencegate ${resolved.name}: ${err.message}\n\n${helpFor(resolved.name, cmd)}`);
+      return EXIT.USAGE;
+    }
+    if (err instanceof FencegateError) {
+      if (json) console.log(JSON.stringify({ ok: false, error: { code: err.code, message: err.message.replace(/^[A-Z_]+: /, ""), fence: err.fence, lease: err.lease, original: err.original } }));
+      else console.error(`${err.message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`);
+      return CODE_CLASS[err.code] ?? EXIT.INTERNAL;
+    }
+    if (err instanceof FencegateTimeoutError || (err as { code?: string }).code === "ECONNREFUSED") {
+      if (json) console.log(JSON.stringify({ ok: false, error: { code: "TIMEOUT", message: (err as Error).message } }));
+      else console.error(`no answer: ${(err as Error).message}`);
+      return EXIT.UNAVAILABLE;
+    }
+    console.error(`fencegate ${resolved.name}: ${String(err)}`);
+    return EXIT.INTERNAL;
+  } finally {
+    await (client as FencegateClient | null)?.close().catch(() => {});
+  }
+}

@@ -1,0 +1,11 @@
+/**
+ * fencegate/client: the controller library.
+ *
+ *   const client = await FencegateClient.connect({ url: "mqtt://gateway.local", holder: "line-2-primary" });
+ *   const lease = await client.acquire("valve-1", { ttlMs: 5000 });
+ *   lease.on("lost", (why) => ...);            // stop acting on this actuator at once
+ *   await lease.command({ position: 42.5 });  // resolves once the device applied it
+ */
+export { FencegateClient, type ActuatorEvent, type ActuatorState, type ClientOptions, type WatchItem } from "./client.ts";
+export { FencegateError, FencegateTimeoutError, LeaseLostError, LEASE_ENDING_CODES, type FenceView, type LeaseHolderView, type RefusalBody } from "./errors.ts";
+export { Lease, type Applied, type CommandOptions, type LeaseOptions } from "./lease.ts";

@@ -1,0 +1,177 @@
+/**
+ * A lease as a controller holds it: renews itself well before expiry, knows at once when
+ * it is lost, and numbers commands so that a retry is answered, never re-applied.
+ */
+import { EventEmitter } from "node:events";
+import { randomUUID } from "node:crypto";
+import type { ActuatorState, FencegateClient } from "./client.ts";
+import { FencegateError, FencegateTimeoutError, LeaseLostError, type RefusalBody } from "./errors.ts";
+
+export interface LeaseOptions {
+  readonly ttlMs: number;
+  /** Renew this often (default ttlMs / 3: two renewals may fail before the lease is at risk). */
+  readonly renewEveryMs?: number;
+}
+
+export interface CommandOptions {
+  /** How long the gateway may hold the command before DEADLINE_EXCEEDED (gateway default if omitted). */
+  readonly deadlineMs?: number;
+  /** Per attempt; default the client's requestTimeoutMs. */
+  readonly timeoutMs?: number;
+  /** Retries after a lost reply, with the same (token, seq) so the gateway answers, never re-acts. Default 2. */
+  readonly retries?: number;
+}
+
+export interface Applied {
+  readonly token: number;
+  readonly seq: number;
+  readonly applied: Readonly<Record<string, number>>;
+}
+
+type Original = { ok: true; token: number; seq: number; applied: Record<string, number> } | { ok: false; error: RefusalBody };
+
+export declare interface Lease {
+  /** Emitted once, the moment the lease is known to be lost. */
+  on(event: "lost", listener: (reason: Error) => void): this;
+  on(event: "renewed", listener: () => void): this;
+}
+
+export class Lease extends EventEmitter {
+  private nextSeq = 0;
+  private lostReason: Error | null = null;
+  private released = false;
+  private renewTimer: NodeJS.Timeout | null = null;
+  /** Our own conservative view of expiry: when the last successful renewal was *sent* + ttl. */
+  private expiresAtMs: number;
+  private unwatch: (() => Promise<void>) | null = null;
+
+  /** @internal use {@link FencegateClient.acquire} */
+  constructor(
+    readonly client: FencegateClient,
+    readonly actuator: string,
+    readonly token: number,
+    readonly ttlMs: number,
+    private readonly options: LeaseOptions,
+    sentAtMs = performance.now(),
+  ) {
+    super();
+    this.expiresAtMs = sentAtMs + ttlMs;
+  }
+
+  get holder(): string {
+    return this.client.holder;
+  }
+
+  /** null while the lease is usable; otherwise why it is not. */
+  get lost(): Error | null {
+    return this.lostReason;
+  }
+
+  /** @internal */
+  async start(): Promise<void> {
+    // A newer token on the retained state means someone else holds the actuator now.
+    this.unwatch = await this.client.subscribe(`${this.client.base}/${this.actuator}/state`, (_t, body) => {
+      const state = body as ActuatorState;
+      if (state.fence && state.fence.token > this.token) this.markLost(new LeaseLostError(`A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`));
+    });
+    this.scheduleRenew(this.options.renewEveryMs ?? Math.floor(this.ttlMs / 3));
+  }
+
+  private scheduleRenew(inMs: number): void {
+    if (this.renewTimer) clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => void this.renewNow(), inMs);
+    this.renewTimer.unref?.();
+  }
+
+  private async renewNow(): Promise<void> {
+    if (this.lostReason || this.released) return;
+    if (performance.now() >= this.expiresAtMs) {
+      this.markLost(new LeaseLostError(`The lease on ${this.actuator} expired before a renewal got through.`));
+      return;
+    }
+    try {
+      await this.renew();
+      this.scheduleRenew(this.options.renewEveryMs ?? Math.floor(this.ttlMs / 3));
+    } catch (err) {
+      if (this.lostReason) return;
+      // No answer: try again soon, while the lease is still ours by our own reckoning.
+      this.scheduleRenew(Math.max(10, Math.floor(this.ttlMs / 10)));
+      void err;
+    }
+  }
+
+  /** Renews now. Rejects with FencegateError (and the lease is lost) if the gateway refuses. */
+  async renew(): Promise<void> {
+    this.assertUsable();
+    const sentAtMs = performance.now();
+    try {
+      await this.client.request(this.actuator, "lease/renew", { holder: this.holder, token: this.token });
+    } catch (err) {
+      if (err instanceof FencegateError) this.markLost(err);
+      throw err;
+    }
+    this.expiresAtMs = sentAtMs + this.ttlMs;
+    this.emit("renewed");
+  }
+
+  /**
+   * Sends one command with the next seq and resolves when the device applied it. Rejects
+   * with FencegateError (the contract code, fence and holder), FencegateTimeoutError (no
+   * reply after the retries: the outcome is unknown) or LeaseLostError.
+   */
+  async command(set: Readonly<Record<string, number>>, options: CommandOptions = {}): Promise<Applied> {
+    this.assertUsable();
+    const seq = this.nextSeq++;
+    const id = randomUUID();
+    const body = { holder: this.holder, token: this.token, seq, set, ...(options.deadlineMs !== undefined ? { deadlineMs: options.deadlineMs } : {}) };
+    const retries = options.retries ?? 2;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const reply = await this.client.request(this.actuator, "command", body, { id, ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
+        return { token: reply.token as number, seq: reply.seq as number, applied: reply.applied as Record<string, number> };
+      } catch (err) {
+        if (err instanceof FencegateTimeoutError && attempt < retries) continue; // same id, same (token, seq)
+        if (!(err instanceof FencegateError)) throw err;
+        // A retry of a command that was applied: the original outcome is the answer.
+        const original = err.code === "DUPLICATE" ? (err.original as Original | undefined) : undefined;
+        if (original?.ok) return { token: original.token, seq: original.seq, applied: original.applied };
+        throw await this.refused(original ? new FencegateError(original.error) : err);
+      }
+    }
+  }
+
+  private async refused(err: FencegateError): Promise<FencegateError> {
+    if (err.endsLease) this.markLost(err);
+    // The device may or may not have acted: hand the caller a fresh read to decide from.
+    if (err.code === "OUTCOME_UNKNOWN") err.state = await this.client.read(this.actuator).catch(() => undefined);
+    return err;
+  }
+
+  /** Gives the lease back; the next acquire by anyone gets a higher token. */
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
+    this.stop();
+    if (this.lostReason) return;
+    await this.client.request(this.actuator, "lease/release", { holder: this.holder, token: this.token });
+  }
+
+  private assertUsable(): void {
+    if (this.lostReason) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} is lost: ${this.lostReason.message}`, this.lostReason);
+    if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released.`);
+  }
+
+  private markLost(reason: Error): void {
+    if (this.lostReason || this.released) return;
+    this.lostReason = reason;
+    this.stop();
+    this.emit("lost", reason);
+  }
+
+  private stop(): void {
+    if (this.renewTimer) clearTimeout(this.renewTimer);
+    this.renewTimer = null;
+    void this.unwatch?.();
+    this.unwatch = null;
+  }
+}
