@@ -8,6 +8,10 @@ type Subcommand = (argv: string[]) => Promise<number>;
 const controller = async () => (await import("./controller.ts")).runController;
 
 const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand>; passName?: boolean }> = {
+  demo: {
+    summary: "replay a paused controller's stale write: applied without fencing, refused through fencegate",
+    load: async () => (await import("../dev/demo.ts")).main,
+  },
   start: {
     summary: "the gateway on its embedded defaults: local or embedded broker, simulated actuator",
     load: async () => (await import("./start.ts")).main,
