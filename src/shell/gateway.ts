@@ -48,6 +48,8 @@ export interface GatewayDeps {
   readonly actuators: readonly ActuatorBinding[];
   /** Called when the journal cannot commit: nothing more may be decided. */
   readonly onFatal: (err: unknown) => void;
+  /** The core's transition function; only the simulator's checker tests replace it (with a broken rule). */
+  readonly step?: typeof step;
 }
 
 /** Raw figures the metrics adapter exposes. */
@@ -81,7 +83,7 @@ class ActuatorRuntime {
   }
 
   dispatch(input: Input): void {
-    const result = step(this.binding.config, this.state, input);
+    const result = (this.gw.deps.step ?? step)(this.binding.config, this.state, input);
     this.state = result.state;
     const snapshot = result.state;
     if (result.effects.length > 0) {
