@@ -64,13 +64,14 @@ export interface SimulatorOptions {
 export const ControlCommand = z.discriminatedUnion("op", [
   z.object({ op: z.literal("delay"), ms: z.number().min(0), unit: z.number().int().optional() }),
   z.object({ op: z.literal("mute"), on: z.boolean().default(true), unit: z.number().int().optional() }),
-  z.object({ op: z.literal("drop"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional() }),
-  z.object({ op: z.literal("corrupt"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional() }),
+  z.object({ op: z.literal("drop"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional(), fc: z.number().int().min(1).max(127).optional() }),
+  z.object({ op: z.literal("corrupt"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional(), fc: z.number().int().min(1).max(127).optional() }),
   z.object({
     op: z.literal("exception"),
     code: z.number().int().min(1).max(255),
     count: z.number().int().min(-1).default(1),
     unit: z.number().int().optional(),
+    fc: z.number().int().min(1).max(127).optional(),
   }),
   z.object({ op: z.literal("crashAfterPersist"), count: z.number().int().min(0).default(1), unit: z.number().int().optional() }),
   z.object({ op: z.literal("powerCycle"), unit: z.number().int().optional() }),
@@ -95,9 +96,10 @@ export interface SimulatorHandle {
   /** Fault injection; `unit` undefined = every unit. count -1 = until cleared. */
   setDelay(ms: number, unit?: number): void;
   mute(on?: boolean, unit?: number): void;
-  dropResponses(count?: number, unit?: number): void;
-  corruptCrc(count?: number, unit?: number): void;
-  answerException(code: number, count?: number, unit?: number): void;
+  /** `fc`: only answers to this function code are affected (e.g. 16, the command block). */
+  dropResponses(count?: number, unit?: number, fc?: number): void;
+  corruptCrc(count?: number, unit?: number, fc?: number): void;
+  answerException(code: number, count?: number, unit?: number, fc?: number): void;
   crashAfterPersist(count?: number, unit?: number): void;
   powerCycle(unit?: number): void;
   clearFaults(unit?: number): void;
@@ -185,13 +187,13 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
         each(c.unit, (u) => (station.faults(u).mute = c.on));
         break;
       case "drop":
-        each(c.unit, (u) => (station.faults(u).drop = c.count));
+        each(c.unit, (u) => Object.assign(station.faults(u), { drop: c.count, onlyFc: c.fc }));
         break;
       case "corrupt":
-        each(c.unit, (u) => (station.faults(u).corrupt = c.count));
+        each(c.unit, (u) => Object.assign(station.faults(u), { corrupt: c.count, onlyFc: c.fc }));
         break;
       case "exception":
-        each(c.unit, (u) => (station.faults(u).exception = c.count === 0 ? undefined : { code: c.code, count: c.count }));
+        each(c.unit, (u) => Object.assign(station.faults(u), { exception: c.count === 0 ? undefined : { code: c.code, count: c.count }, onlyFc: c.fc }));
         break;
       case "crashAfterPersist":
         each(c.unit, (u) => (station.device(u).crashAfterPersist = c.count));
@@ -229,9 +231,9 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
     control: run,
     setDelay: (ms, unit) => void run({ op: "delay", ms, unit }),
     mute: (on = true, unit) => void run({ op: "mute", on, unit }),
-    dropResponses: (count = 1, unit) => void run({ op: "drop", count, unit }),
-    corruptCrc: (count = 1, unit) => void run({ op: "corrupt", count, unit }),
-    answerException: (code, count = 1, unit) => void run({ op: "exception", code, count, unit }),
+    dropResponses: (count = 1, unit, fc) => void run({ op: "drop", count, unit, fc }),
+    corruptCrc: (count = 1, unit, fc) => void run({ op: "corrupt", count, unit, fc }),
+    answerException: (code, count = 1, unit, fc) => void run({ op: "exception", code, count, unit, fc }),
     crashAfterPersist: (count = 1, unit) => void run({ op: "crashAfterPersist", count, unit }),
     powerCycle: (unit) => void run({ op: "powerCycle", unit }),
     clearFaults: (unit) => void run({ op: "clear", unit }),

@@ -13,10 +13,16 @@ export interface UnitFaults {
   drop: number;
   corrupt: number;
   exception: { code: number; count: number } | undefined;
+  /**
+   * When set, the counted faults (drop, corrupt, exception) hit only requests of this
+   * function code: a test can lose the answer to a write without the gateway's polls
+   * eating the fault first.
+   */
+  onlyFc: number | undefined;
 }
 
 function noFaults(): UnitFaults {
-  return { delayMs: 0, mute: false, drop: 0, corrupt: 0, exception: undefined };
+  return { delayMs: 0, mute: false, drop: 0, corrupt: 0, exception: undefined, onlyFc: undefined };
 }
 
 /** Consume one use of a counted fault; -1 never runs out. */
@@ -118,7 +124,8 @@ export class Station {
     const f = u.faults;
     const silent = (): Reply => ({ pdu: null, corrupt: false, delayMs: 0 });
     if (f.mute) return silent();
-    if (f.exception) {
+    const targeted = f.onlyFc === undefined || pdu[0] === f.onlyFc;
+    if (f.exception && targeted) {
       const code = f.exception.code;
       const [, left] = take(f.exception.count);
       f.exception = left === 0 ? undefined : { code, count: left };
@@ -132,6 +139,7 @@ export class Station {
       this.powerCycle(unit); // RAM lost; what the EEPROM made durable comes back
       return silent();
     }
+    if (!targeted) return { pdu: response, corrupt: false, delayMs: f.delayMs };
     const [drop, dropLeft] = take(f.drop);
     f.drop = dropLeft;
     if (drop) return silent();
