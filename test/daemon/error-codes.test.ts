@@ -13,12 +13,12 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import ModbusSerial from "modbus-serial";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { FENCED, MAX_TOKEN, encodeCommandBlock } from "../../firmware-bridge/src/profile.ts";
 import type { SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { TestController, type Json } from "../support/controller.ts";
 import { valve, type DaemonProcess } from "../support/daemon.ts";
-import { Teardown, startStack } from "../support/stack.ts";
+import { Teardown, daemonReport, startStack } from "../support/stack.ts";
 import { TopicWatcher, safeJson } from "../support/watch.ts";
 
 const ModbusRTU = ModbusSerial.default;
@@ -76,6 +76,8 @@ async function lease(ctl: TestController, actuator: string, ttlMs = 10_000): Pro
   held.push({ ctl, actuator, token });
   return token;
 }
+
+beforeEach(({ onTestFailed }) => onTestFailed(() => console.error(daemonReport(daemon))));
 
 afterEach(async () => {
   sim?.clearFaults();

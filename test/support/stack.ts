@@ -43,6 +43,15 @@ export async function stopDaemon(daemon: DaemonProcess, graceMs = 5000): Promise
   if (result === "late") await daemon.kill("SIGKILL");
 }
 
+/** Whether the daemon still runs, and what it said last: for the report of a failing test. */
+export function daemonReport(daemon: DaemonProcess | undefined, lines = 25): string {
+  if (!daemon) return "daemon: not started";
+  const { exitCode, signalCode, pid } = daemon.child;
+  const status = exitCode === null && signalCode === null ? `running (pid ${pid})` : `exited (${exitCode ?? signalCode})`;
+  const tail = daemon.logs.slice(-lines).map((l) => JSON.stringify(l));
+  return [`daemon: ${status}`, `stderr: ${daemon.stderr.slice(-2000)}`, "last log lines:", ...tail].join("\n");
+}
+
 export interface StackOptions {
   /** Prefix of the temp dir. */
   readonly name: string;
