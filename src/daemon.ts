@@ -44,6 +44,8 @@ export interface Daemon {
   stop(): Promise<void>;
   /** Resolves with an exit code when the daemon must stop by itself (a journal failure). */
   readonly fatal: Promise<number>;
+  /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
+  healthProblem(): string | null;
 }
 
 export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
@@ -116,6 +118,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
 
   let resolveFatal: (code: number) => void = () => {};
   const fatal = new Promise<number>((resolve) => (resolveFatal = resolve));
+  let journalFailed = false;
   let stopping = false;
   const gateway = new Gateway(
     {
@@ -125,7 +128,10 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       outbox,
       log,
       actuators: bindings,
-      onFatal: () => resolveFatal(74),
+      onFatal: () => {
+        journalFailed = true;
+        resolveFatal(74);
+      },
     },
     snapshots,
   );
@@ -174,6 +180,16 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     link,
     httpPort: typeof address === "object" && address !== null ? address.port : null,
     fatal,
+    healthProblem() {
+      if (stopping) return "the gateway is shutting down";
+      if (journalFailed) return "the journal failed";
+      try {
+        journal.settings(); // a query on the journal's connection
+      } catch (err) {
+        return `the journal does not answer: ${(err as Error).message}`;
+      }
+      return null;
+    },
     async stop() {
       if (stopping) return;
       stopping = true;

@@ -4,6 +4,7 @@ import { pino } from "pino";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
+import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
 
@@ -76,6 +77,13 @@ export async function serve(config: GatewayConfig, logLevel?: string): Promise<n
     log.fatal({ err: String(err) }, "the daemon could not start");
     return EXIT.INTERNAL;
   }
+  // Under systemd (Type=notify, WatchdogSec=): ready once the journal is loaded and the
+  // buses and MQTT are starting; neither the broker nor a device has to be up for that.
+  const systemd = SystemdNotifier.fromEnvironment({ log });
+  if (systemd) {
+    await systemd.ready(`serving ${config.actuators.length} actuator(s); journal ${config.journal.path}`);
+    systemd.startWatchdog(() => daemon.healthProblem());
+  }
   const signalled = new Promise<number>((resolve) => {
     const onSignal = (signal: string) => {
       log.info({ signal }, "stopping");
@@ -86,6 +94,7 @@ export async function serve(config: GatewayConfig, logLevel?: string): Promise<n
     process.once("SIGINT", () => onSignal("SIGINT"));
   });
   const code = await Promise.race([signalled, daemon.fatal]);
+  await systemd?.stopping();
   await daemon.stop();
   return code;
 }
