@@ -45,7 +45,8 @@ export interface MqttLinkCounters {
   refusedAtEdge: Map<string, number>;
 }
 
-function streamBuilder(mqtt: MqttConfig): () => net.Socket {
+/** The socket (TCP, or TLS with the configured CA and client certificate) for `mqtt.url`, Nagle off. */
+export function streamBuilder(mqtt: MqttConfig): () => net.Socket {
   const url = new URL(mqtt.url);
   const secure = url.protocol === "mqtts:";
   const port = Number(url.port || (secure ? 8883 : 1883));
@@ -209,13 +210,37 @@ export class MqttLink implements Outbox {
     this.publish(stateTopic(this.base, view.actuator), statePayload(view), { qos: 1, retain: true });
   }
 
-  /** Publishes `offline` (the clean-shutdown twin of the last will) and disconnects. */
+  /**
+   * Publishes `offline` (the clean-shutdown twin of the last will) and disconnects, never
+   * waiting on a broker that is gone: mqtt.js's graceful end waits until every QoS 1
+   * message is acknowledged, and with the broker down (end also cancels the reconnect) that
+   * is forever. Then the connection is just dropped: nothing queued could be delivered
+   * (clean session), and the last will says `offline` for us.
+   */
   async stop(): Promise<void> {
     const client = this.client;
     if (!client) return;
-    if (client.connected) {
-      await client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), { qos: 1, retain: true }).catch(() => {});
-    }
-    await client.endAsync();
+    const acknowledged =
+      client.connected &&
+      (await within(
+        STOP_GRACE_MS,
+        client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), { qos: 1, retain: true }).then(
+          () => true,
+          () => false,
+        ),
+      ));
+    if (acknowledged && (await within(STOP_GRACE_MS, client.endAsync().then(() => true)))) return;
+    client.stream?.destroy();
+    await client.endAsync(true);
   }
+}
+
+/** How long a clean shutdown waits on the broker for each of `offline` and the disconnect. */
+const STOP_GRACE_MS = 2000;
+
+/** The promise's value, or false once `ms` have passed. */
+function within(ms: number, promise: Promise<boolean>): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
