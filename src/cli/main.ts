@@ -20,6 +20,10 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
     summary: "run the gateway: Modbus buses, the MQTT API, the journal (--config FILE)",
     load: async () => (await import("./daemon.ts")).main,
   },
+  doctor: {
+    summary: "check a configuration and this machine: serial ports, broker, journal, clock (--config FILE)",
+    load: async () => (await import("./doctor.ts")).main,
+  },
   sim: {
     summary: "run the simulated actuator (fenced or plain Modbus profile) on a serial device or TCP",
     load: async () => (await import("../../firmware-bridge/src/cli.ts")).main,
@@ -50,5 +54,9 @@ async function run(argv: string[]): Promise<number> {
   return (await sub.load())(sub.passName ? argv : rest);
 }
 
+const code = await run(process.argv.slice(2));
+// Writes to a pipe are asynchronous: let them drain, or the last lines (often the error
+// that explains the exit code) are lost.
+await Promise.all([process.stdout, process.stderr].map((stream) => new Promise((resolve) => stream.write("", resolve))));
 // Exit explicitly: a client left reconnecting to an absent broker must not keep the CLI alive.
-process.exit(await run(process.argv.slice(2)));
+process.exit(code);
