@@ -15,6 +15,7 @@ import { join } from "node:path";
 import ModbusSerial from "modbus-serial";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { FENCED, MAX_TOKEN, encodeCommandBlock } from "../../firmware-bridge/src/profile.ts";
+import type { DeviceSnapshot as Device } from "../../firmware-bridge/src/device.ts";
 import type { SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { TestController, type Json } from "../support/controller.ts";
 import { valve, type DaemonProcess } from "../support/daemon.ts";
@@ -107,13 +108,10 @@ function refusal(reply: Json, code: string, names: RegExp): Json {
  * transaction the gateway started before it, so a write the gateway wrongly sent has
  * reached the simulator by the time this returns.
  */
-async function deviceAfterFlush(actuator: string, unit: number) {
-  const read = await a.read(actuator);
-  expect(read.ok).toBe(true);
+async function deviceAfterFlush(actuator: string, unit: number): Promise<Device> {
+  await gatewayState(actuator);
   return sim.device(unit);
 }
-
-type Device = ReturnType<SimulatorHandle["device"]>;
 
 /** "Effect on device: none": nothing applied, fence and target unchanged. */
 function expectUntouched(before: Device, after: Device): void {
