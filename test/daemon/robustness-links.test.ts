@@ -28,6 +28,7 @@ let sim: SimulatorHandle | undefined;
 let daemon: DaemonProcess | undefined;
 let ctl: TestController | undefined;
 let watcher: TopicWatcher | undefined;
+let config: Record<string, unknown>;
 let token = 0;
 let seq = 0;
 
@@ -44,16 +45,14 @@ beforeAll(async () => {
   broker = await startMosquitto();
   pty = await createPtyPair({ dir: ptyDir });
   await startSim();
-  daemon = DaemonProcess.start(
-    dir,
-    gatewayConfig({
-      brokerUrl: broker.url,
-      journalPath: join(dir, "journal.db"),
-      buses: { line: { type: "rtu", path: pty.master, timeoutMs: 300, reconnect: { minMs: 100, maxMs: 400 } } },
-      actuators: [valve(A, "line", 1)],
-      mqtt: { reconnect: { minMs: 100, maxMs: 400 } },
-    }),
-  );
+  config = gatewayConfig({
+    brokerUrl: broker.url,
+    journalPath: join(dir, "journal.db"),
+    buses: { line: { type: "rtu", path: pty.master, timeoutMs: 300, reconnect: { minMs: 100, maxMs: 400 } } },
+    actuators: [valve(A, "line", 1)],
+    mqtt: { reconnect: { minMs: 100, maxMs: 400 } },
+  });
+  daemon = DaemonProcess.start(dir, config);
   await daemon.ready([A]);
   ctl = await TestController.connect(broker.url, "controller");
   watcher = await TopicWatcher.connect(broker.url, [STATUS_TOPIC, STATE_TOPIC]);
@@ -113,8 +112,14 @@ describe("the serial adapter unplugged and plugged back in", () => {
     expect(await command(33)).toMatchObject({ ok: true, outcome: "applied" });
     const from = watcher!.messages.length;
 
-    // Unplugged: the pty pair vanishes.
+    // Unplugged while a command is at the device, its answer not yet on the line.
+    sim!.setDelay(200);
+    const applied = sim!.device(1).applied.length;
+    const inFlight = { seq, reply: command(34) };
+    await until(() => sim!.device(1).applied.length > applied, { everyMs: 0, what: "the command at the device" });
     await pty!.close();
+    // It may have acted (it did): not DEVICE_UNAVAILABLE, not applied, but unknown.
+    expect(await inFlight.reply).toMatchObject({ ok: false, error: { code: "OUTCOME_UNKNOWN" } });
     await watcher!.waitForJson(STATE_TOPIC, (s) => s.online === false, { from, what: "state online:false" });
     const offlineSeen = watcher!.messages.length; // states are published in order: any online:true after this is the recovery
 
@@ -139,6 +144,9 @@ describe("the serial adapter unplugged and plugged back in", () => {
     const after = await command(55);
     expect(after, JSON.stringify(after)).toMatchObject({ ok: true, outcome: "applied", applied: { position: 55 } });
     expect(sim!.device(1)).toMatchObject({ targetPosition: 55, fence: { token } });
+    // The command cut off at the device is on record with that outcome.
+    const retry = await ctl!.command(A, token, inFlight.seq, { position: 34 });
+    expect(retry).toMatchObject({ ok: false, error: { code: "DUPLICATE", original: { ok: false, error: { code: "OUTCOME_UNKNOWN" } } } });
     expect(daemon!.child.exitCode).toBe(null);
   });
 });
@@ -154,5 +162,29 @@ describe("the daemon SIGKILLed", () => {
     } finally {
       await late.close();
     }
+  });
+});
+
+describe("SIGTERM while the broker is down", () => {
+  it("drains and exits 0 without waiting for the broker, also with messages it never acknowledged", async () => {
+    await daemon?.kill("SIGKILL"); // (already gone when the tests before ran)
+    daemon = DaemonProcess.start(dir, config);
+    await daemon.ready([A]);
+    // Freeze the broker (connections stay up, nothing is acknowledged), make the daemon
+    // publish (the unit stops answering: state online:false), then kill the broker: the
+    // daemon is left with a QoS 1 message the broker will never acknowledge.
+    broker!.signal("SIGSTOP");
+    try {
+      sim!.mute(true);
+      await daemon.waitForLog((l) => l.msg === "unit not answering", 5000, "the unit going offline");
+    } finally {
+      await broker!.kill();
+      sim!.mute(false);
+    }
+    await daemon.waitForLog((l) => l.msg === "MQTT broker unreachable; reconnecting", 5000, "the broker loss");
+    const started = performance.now();
+    expect(await daemon.kill("SIGTERM")).toEqual({ code: 0, signal: null });
+    expect(performance.now() - started).toBeLessThan(3000);
+    await until(() => daemon!.logs.some((l) => l.msg === "fencegate daemon stopped"), { what: "the daemon's last log line" });
   });
 });

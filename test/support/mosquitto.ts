@@ -16,6 +16,8 @@ export interface Broker {
   /** SIGKILL: the broker vanishes as in a crash. */
   kill(): Promise<void>;
   stop(): Promise<void>;
+  /** Sends `signal` to the running broker: SIGSTOP freezes it (its connections stay up, nothing is answered). */
+  signal(signal: NodeJS.Signals): void;
 }
 
 export async function startMosquitto(extraConfig = ""): Promise<Broker> {
@@ -46,6 +48,9 @@ export async function startMosquitto(extraConfig = ""): Promise<Broker> {
       child?.kill("SIGKILL");
       await exited;
       child = null;
+    },
+    signal(signal) {
+      child?.kill(signal);
     },
     async stop() {
       child?.kill("SIGTERM");
