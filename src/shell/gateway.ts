@@ -134,7 +134,7 @@ class ActuatorRuntime {
     device
       .write(cmd)
       .then(async (outcome) => {
-        if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED") {
+        if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED" && this.binding.fenced) {
           // The device's own fence is ahead of ours: learn it before the refusal is answered,
           // so no lease granted after the controller hears of it is at or below the device's
           // token. Until it has been read, no lease is granted at all.
