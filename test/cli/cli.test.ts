@@ -1,0 +1,162 @@
+/**
+ * The `fencegate` operator commands run as subprocesses against the real daemon, a real
+ * Mosquitto and the simulated valves: human output, --json, and the exit code classes.
+ */
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
+import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+
+let dir: string;
+let broker: Broker;
+let sim: SimulatorHandle;
+let daemon: DaemonProcess;
+
+interface Run {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+async function cli(...args: string[]): Promise<Run> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, ...args], {
+      env: { ...process.env, FENCEGATE_BROKER: broker.url },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
+  }
+}
+
+const json = (r: Run) => JSON.parse(r.stdout);
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "fencegate-cli-"));
+  broker = await startMosquitto();
+  sim = await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, units: [1, 2, 3], rate: 0 });
+  daemon = DaemonProcess.start(
+    dir,
+    gatewayConfig({
+      brokerUrl: broker.url,
+      journalPath: join(dir, "journal.db"),
+      buses: { sim: { type: "tcp", host: "127.0.0.1", port: sim.tcp!.port, timeoutMs: 1000 } },
+      actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2), valve("valve-3", "sim", 3)],
+    }),
+  );
+  await daemon.ready(["valve-1", "valve-2", "valve-3"]);
+});
+
+afterAll(async () => {
+  await daemon?.kill("SIGTERM");
+  await sim?.close();
+  await broker?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("fencegate CLI", () => {
+  it("takes, uses, renews and gives back a lease (human output)", async () => {
+    const acquired = await cli("lease", "acquire", "valve-1", "--ttl-ms", "30000", "--holder", "ops-1");
+    expect(acquired).toMatchObject({ code: 0, stdout: "valve-1: lease granted to ops-1, token 1, ttl 30000 ms (renew before it runs out)\n" });
+    const sent = await cli("send", "valve-1", "position=33.3", "--token", "1", "--seq", "5", "--holder", "ops-1");
+    expect(sent).toMatchObject({ code: 0, stdout: "valve-1: applied position=33.3 (token 1, seq 5)\n" });
+    expect(sim.device(1).targetPosition).toBe(33.3);
+    expect(await cli("lease", "renew", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({ code: 0, stdout: "valve-1: lease 1 renewed for 30000 ms\n" });
+    expect(await cli("lease", "release", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({ code: 0, stdout: "valve-1: lease 1 released\n" });
+  });
+
+  it("prints JSON for scripts", async () => {
+    const acquired = await cli("lease", "acquire", "valve-2", "--ttl-ms", "30000", "--holder", "ops-2", "--json");
+    expect(acquired.code).toBe(0);
+    const { token } = json(acquired);
+    expect(json(acquired)).toEqual({ actuator: "valve-2", holder: "ops-2", token, ttlMs: 30000 });
+    const sent = await cli("send", "valve-2", "position=10", "speed=1", "--token", String(token), "--seq", "1", "--holder", "ops-2", "--json");
+    expect(sent.code).toBe(5);
+    expect(json(sent)).toMatchObject({ ok: false, error: { code: "UNKNOWN_POINT" } });
+    const ok = await cli("send", "valve-2", "position=10", "--token", String(token), "--holder", "ops-2", "--json");
+    expect(json(ok)).toMatchObject({ actuator: "valve-2", token, applied: { position: 10 } });
+    expect(json(ok).seq).toBeGreaterThan(1_600_000_000_000); // default seq: milliseconds since the epoch
+    const read = await cli("read", "valve-2", "--json");
+    expect(json(read)).toMatchObject({ actuator: "valve-2", online: true, lease: { holder: "ops-2", token }, points: { position: 10 } });
+  });
+
+  it("reads state for people", async () => {
+    const read = await cli("read", "valve-3");
+    expect(read.code).toBe(0);
+    expect(read.stdout).toMatch(/^valve-3: online\n {2}lease {2}free\n {2}fence {2}token \d+, seq .+\n {2}points actual=\d+ position=\d+ status=\d+\n$/);
+  });
+
+  it("lists every actuator in status, as a table and as JSON", async () => {
+    const table = await cli("status");
+    expect(table.code).toBe(0);
+    const lines = table.stdout.trim().split("\n");
+    expect(lines[0]).toMatch(/^ACTUATOR\s+ONLINE\s+HOLDER\s+TOKEN\s+FENCE\s+POINTS$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual(["valve-1", "valve-2", "valve-3"]);
+    const rows = json(await cli("status", "--json"));
+    expect(rows.map((r: { actuator: string }) => r.actuator)).toEqual(["valve-1", "valve-2", "valve-3"]);
+  });
+
+  it("follows states and decisions with watch", async () => {
+    const watching = cli("watch", "valve-3", "--json", "--count", "3");
+    await new Promise((r) => setTimeout(r, 1500)); // let watch subscribe (retained state first)
+    await cli("lease", "acquire", "valve-3", "--ttl-ms", "5000", "--holder", "ops-3");
+    const watched = await watching;
+    expect(watched.code).toBe(0);
+    const items = watched.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(items[0].kind).toBe("state");
+    expect(items.map((i: { kind: string; event?: { type: string } }) => i.event?.type)).toContain("granted");
+  });
+
+  it.each([
+    ["a refusal by the fence: 2", ["send", "valve-1", "position=1", "--token", "1", "--seq", "9", "--holder", "late"], 2, "STALE_TOKEN"],
+    ["an invalid request: 5", ["send", "valve-1", "position=101", "--token", "1", "--seq", "9", "--holder", "late"], 5, "OUT_OF_RANGE"],
+    ["an unknown actuator: 5", ["read", "no-such-valve"], 5, "UNKNOWN_ACTUATOR"],
+  ])("exits with the class of the outcome: %s", async (_name, args, code, error) => {
+    if (error === "STALE_TOKEN") await cli("lease", "acquire", "valve-1", "--ttl-ms", "5000", "--holder", "newer"); // token 2 now
+    const run = await cli(...args);
+    expect(run.code).toBe(code);
+    expect(run.stderr).toContain(`${error}: `);
+  });
+
+  it("exits 3 when the device's answer is lost (outcome unknown)", async () => {
+    const { token } = json(await cli("lease", "acquire", "valve-2", "--ttl-ms", "5000", "--holder", "ops-2", "--json"));
+    sim.dropResponses(1, 2, 16);
+    const run = await cli("send", "valve-2", "position=20", "--token", String(token), "--holder", "ops-2");
+    expect(run.code).toBe(3);
+    expect(run.stderr).toContain("OUTCOME_UNKNOWN");
+  });
+
+  it("exits 4 when the broker cannot be reached", async () => {
+    const run = await cli("status", "--broker", "mqtt://127.0.0.1:1", "--timeout-ms", "500");
+    expect(run.code).toBe(4);
+    expect(run.stderr).toContain("no answer");
+  });
+
+  it("exits 64 on a usage error, with the command's help", async () => {
+    const run = await cli("send", "valve-1", "position=abc", "--token", "1");
+    expect(run.code).toBe(64);
+    expect(run.stderr).toContain('"position=abc" is not point=number');
+    expect(run.stderr).toContain("usage: fencegate send");
+  });
+
+  it("has --help with examples on every command", async () => {
+    const commands = [["lease", "acquire"], ["lease", "renew"], ["lease", "release"], ["send"], ["read"], ["status"], ["watch"], ["daemon"], ["sim"], ["start"], ["demo"]];
+    const runs: Run[] = [];
+    for (let i = 0; i < commands.length; i += 3) runs.push(...(await Promise.all(commands.slice(i, i + 3).map((c) => cli(...c, "--help")))));
+    runs.forEach((run, i) => {
+      expect(run.code, commands[i]!.join(" ")).toBe(0);
+      expect(run.stdout, commands[i]!.join(" ")).toMatch(/usage: fencegate/);
+    });
+    for (const run of runs.slice(0, 8)) expect(run.stdout).toMatch(/example/);
+    const top = await cli("--help");
+    expect(top.stdout).toMatch(/commands:/);
+  });
+});
