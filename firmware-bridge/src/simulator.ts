@@ -208,7 +208,8 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
         fileEeprom?.sync();
         break;
       case "device":
-        return { ok: true, device: station.snapshot(c.unit) };
+        // `now`: the simulator's clock, the one the applied log's `at` is on (to line it up with others).
+        return { ok: true, device: station.snapshot(c.unit), now: clock() };
       case "counters":
         return { ok: true, counters: { ...station.counters } };
     }
