@@ -99,6 +99,10 @@ export class MqttLink implements Outbox {
       clean: true,
       keepalive: mqtt.keepaliveS,
       reconnectPeriod: this.reconnectMs,
+      // mqtt.js stops reconnecting for good after a refused CONNACK (wrong password, not
+      // authorized) unless told otherwise: the gateway must keep trying, with its backoff,
+      // until the broker's side is fixed.
+      reconnectOnConnackError: true,
       connectTimeout: 10_000,
       resubscribe: false, // we subscribe on every connect ourselves
       queueQoSZero: false,
