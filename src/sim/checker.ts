@@ -1,0 +1,263 @@
+/**
+ * The history checker. It keeps its own record of what the journal made durable, what the
+ * gateway told every requester, what the gateway wrote to each device and what each device
+ * actually applied, and checks the safety properties against that record alone: it never
+ * reads the gateway's state or the core's bookkeeping.
+ *
+ *  1. writes and applies per actuator strictly increase in API (token, seq), across restarts;
+ *     a fenced device's own applied (token, device seq) strictly increase too;
+ *  2. a device write leaves only after its intent is durable, its (token, seq) is above the
+ *     durable fence as it stood before that intent, and (but for the gateway's own safe-value
+ *     write) its token is the live lease's, of that holder;
+ *  3. an "applied" reply only for an outcome already durable and really applied at the device;
+ *  4. a lease reply only for a durable grant; no token granted twice; tokens only rise;
+ *  5. at most one live lease per actuator at any simulated instant (gateway time);
+ *  6. liveness: in the quiet tail every actuator grants a lease to a controller and applies
+ *     a command that controller sent under it.
+ */
+import { createHash, type Hash } from "node:crypto";
+import { GATEWAY_HOLDER } from "../core/actuator.ts";
+import type { JournalRecord, Outcome } from "../core/types.ts";
+import type { JournalEntry, OutboundReply } from "../shell/ports.ts";
+import type { GatewayRequest } from "../shell/gateway.ts";
+
+interface Pair {
+  readonly token: number;
+  /** null: a grant's fence, below every seq. */
+  readonly seq: number | null;
+}
+
+function cmp(a: Pair, b: Pair): number {
+  if (a.token !== b.token) return a.token - b.token;
+  return (a.seq ?? -1) - (b.seq ?? -1);
+}
+
+const show = (p: Pair | null) => (p === null ? "none" : `(${p.token}, ${p.seq ?? "-"})`);
+const key = (token: number, seq: number) => `${token}:${seq}`;
+
+interface LiveLease {
+  readonly holder: string;
+  readonly token: number;
+  readonly epoch: number;
+  expiresAtMs: number;
+}
+
+class ActuatorHistory {
+  // what the journal holds, folded by the checker itself
+  durableFence: Pair = { token: 0, seq: null };
+  readonly grants = new Map<number, string>();
+  readonly intents = new Map<string, { holder: string; fenceBefore: Pair }>();
+  readonly outcomes = new Map<string, Outcome["kind"]>();
+  // what happened at the device
+  lastWrite: Pair | null = null;
+  lastApplied: Pair | null = null;
+  readonly applied = new Set<string>();
+  // what the gateway said about leases
+  lease: LiveLease | null = null;
+  highestReplied = 0;
+  // liveness, as controllers saw it
+  readonly tailGrants = new Set<string>();
+  tailSatisfied = false;
+}
+
+export interface CheckerCounts {
+  accepted: number;
+  applied: number;
+  grants: number;
+  refused: Map<string, number>;
+}
+
+export class Checker {
+  readonly violations: string[] = [];
+  readonly counts: CheckerCounts = { accepted: 0, applied: 0, grants: 0, refused: new Map() };
+  private readonly hash: Hash = createHash("sha256");
+  private readonly actuators = new Map<string, ActuatorHistory>();
+  private tailStartMs = Number.POSITIVE_INFINITY;
+
+  constructor(
+    private readonly clock: () => number,
+    actuatorIds: readonly string[],
+    /** Bounded: a run that goes wrong stops collecting after this many. */
+    private readonly maxViolations = 20,
+  ) {
+    for (const id of actuatorIds) this.actuators.set(id, new ActuatorHistory());
+  }
+
+  /** Every observation goes into the history hash: same seed, same hash. */
+  note(line: string): void {
+    this.hash.update(`${this.clock()} ${line}\n`);
+  }
+
+  digest(): string {
+    return this.hash.copy().digest("hex");
+  }
+
+  private violate(message: string): void {
+    this.note(`VIOLATION ${message}`);
+    if (this.violations.length < this.maxViolations) this.violations.push(`t=${this.clock()}ms ${message}`);
+  }
+
+  private of(actuator: string): ActuatorHistory {
+    const h = this.actuators.get(actuator);
+    if (!h) throw new Error(`checker: unknown actuator ${actuator}`);
+    return h;
+  }
+
+  // -------------------------------------------------------------------------------------
+  // the journal
+
+  /** A commit returned: its entries are durable. */
+  onDurable(entries: readonly JournalEntry[]): void {
+    for (const { actuator, record } of entries) this.onDurableRecord(actuator, this.of(actuator), record);
+  }
+
+  private onDurableRecord(actuator: string, h: ActuatorHistory, record: JournalRecord): void {
+    this.note(`durable ${actuator} ${JSON.stringify(record)}`);
+    switch (record.type) {
+      case "granted":
+        if (h.grants.has(record.token)) this.violate(`${actuator}: token ${record.token} granted twice (to ${h.grants.get(record.token)} and ${record.holder})`);
+        if (record.token <= h.durableFence.token) this.violate(`${actuator}: token ${record.token} granted at or below the durable fence ${show(h.durableFence)}`);
+        h.grants.set(record.token, record.holder);
+        this.raise(h, { token: record.token, seq: null });
+        return;
+      case "intent":
+        h.intents.set(key(record.token, record.seq), { holder: record.holder, fenceBefore: h.durableFence });
+        this.raise(h, { token: record.token, seq: record.seq });
+        return;
+      case "outcome":
+        h.outcomes.set(key(record.token, record.seq), record.outcome.kind);
+        return;
+      case "fenceObserved":
+        this.raise(h, { token: record.token, seq: record.seq });
+        return;
+    }
+  }
+
+  private raise(h: ActuatorHistory, p: Pair): void {
+    if (cmp(p, h.durableFence) > 0) h.durableFence = p;
+  }
+
+  // -------------------------------------------------------------------------------------
+  // the devices
+
+  /** The gateway handed a command to the device port: the moment it was accepted. */
+  onDeviceWrite(actuator: string, holder: string, token: number, seq: number): void {
+    const h = this.of(actuator);
+    this.note(`write ${actuator} ${holder} (${token}, ${seq})`);
+    this.counts.accepted++;
+    const intent = h.intents.get(key(token, seq));
+    if (!intent) {
+      this.violate(`${actuator}: (${token}, ${seq}) was written to the device before its intent was durable`);
+    } else if (cmp({ token, seq }, intent.fenceBefore) <= 0) {
+      this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(intent.fenceBefore)}`);
+    }
+    // The gateway's own safe-value write needs no lease; every other write needs the live one.
+    const live = h.lease !== null && this.clock() < h.lease.expiresAtMs ? h.lease : null;
+    if (holder !== GATEWAY_HOLDER && (live === null || live.token !== token || live.holder !== holder)) {
+      this.violate(`${actuator}: (${token}, ${seq}) of ${holder} accepted while the live lease is ${live ? `${live.token} of ${live.holder}` : "none"}`);
+    }
+    const p = { token, seq };
+    if (h.lastWrite !== null && cmp(p, h.lastWrite) <= 0) this.violate(`${actuator}: write (${token}, ${seq}) after write ${show(h.lastWrite)}`);
+    h.lastWrite = p;
+  }
+
+  /** The device acted on a command carrying API (token, seq). */
+  onDeviceApplied(actuator: string, token: number, seq: number): void {
+    const h = this.of(actuator);
+    this.note(`applied ${actuator} (${token}, ${seq})`);
+    const p = { token, seq };
+    if (h.lastApplied !== null && cmp(p, h.lastApplied) <= 0) this.violate(`${actuator}: device applied (${token}, ${seq}) after ${show(h.lastApplied)}`);
+    h.lastApplied = p;
+    h.applied.add(key(token, seq));
+  }
+
+  /** A fenced device's own log: (token, device seq) in the order it acted. */
+  checkDeviceLog(actuator: string, log: readonly { token?: number | undefined; seq?: number | undefined }[]): void {
+    let prev: Pair | null = null;
+    for (const entry of log) {
+      if (entry.token === undefined || entry.seq === undefined) continue;
+      const p = { token: entry.token, seq: entry.seq };
+      if (prev !== null && cmp(p, prev) <= 0) this.violate(`${actuator}: the fenced device applied ${show(p)} after ${show(prev)}`);
+      prev = p;
+    }
+  }
+
+  // -------------------------------------------------------------------------------------
+  // what the gateway said
+
+  onCrash(epoch: number): void {
+    this.note(`crash ${epoch}`);
+    for (const h of this.actuators.values()) h.lease = null; // every lease ends with the process
+  }
+
+  /** A lease ended early by the gateway's own decision (a device fence ahead of its own). */
+  onLeaseRevoked(actuator: string, token: number): void {
+    const h = this.of(actuator);
+    if (h.lease?.token === token) h.lease = null;
+  }
+
+  onReply(epoch: number, actuator: string, request: GatewayRequest, reply: OutboundReply): void {
+    const h = this.of(actuator);
+    const now = this.clock();
+    this.note(`reply ${epoch} ${actuator} ${JSON.stringify(request)} -> ${JSON.stringify(reply)}`);
+    if (!reply.ok) {
+      const code = reply.error.code;
+      this.counts.refused.set(code, (this.counts.refused.get(code) ?? 0) + 1);
+      const original = reply.error.original;
+      if (code === "DUPLICATE" && original?.ok === true && "outcome" in original) this.checkApplied(actuator, h, original.token, original.seq);
+      return;
+    }
+    if ("outcome" in reply) {
+      this.counts.applied++;
+      this.checkApplied(actuator, h, reply.token, reply.seq);
+      return;
+    }
+    if (!("lease" in reply)) return; // a read
+    if (reply.lease === null) {
+      if (request.verb === "lease/release" && h.lease?.token === request.token) h.lease = null;
+      return;
+    }
+    const { holder, token, ttlMs } = reply.lease;
+    if (h.grants.get(token) !== holder) this.violate(`${actuator}: lease ${token} for ${holder} replied without a durable grant to that holder`);
+    const live = h.lease !== null && now < h.lease.expiresAtMs ? h.lease : null;
+    if (live !== null && live.token === token && live.holder === holder && live.epoch === epoch) {
+      live.expiresAtMs = now + ttlMs; // a renewal, or the live holder's repeated acquire
+      return;
+    }
+    if (request.verb === "lease/renew") this.violate(`${actuator}: renewed lease ${token} of ${holder}, which was not live`);
+    if (live !== null) this.violate(`${actuator}: lease ${token} to ${holder} while lease ${live.token} of ${live.holder} is live for ${live.expiresAtMs - now} ms more`);
+    if (token <= h.highestReplied) this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
+    h.highestReplied = Math.max(h.highestReplied, token);
+    h.lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
+    this.counts.grants++;
+  }
+
+  private checkApplied(actuator: string, h: ActuatorHistory, token: number, seq: number): void {
+    const k = key(token, seq);
+    if (h.outcomes.get(k) !== "applied") this.violate(`${actuator}: "applied" replied for (${token}, ${seq}) before that outcome was durable`);
+    if (!h.applied.has(k)) this.violate(`${actuator}: "applied" replied for (${token}, ${seq}), which the device never applied`);
+  }
+
+  // -------------------------------------------------------------------------------------
+  // liveness, from the controllers' side
+
+  startTail(): void {
+    this.tailStartMs = this.clock();
+    this.note("tail");
+  }
+
+  onControllerGranted(actuator: string, holder: string, token: number): void {
+    if (this.clock() >= this.tailStartMs) this.of(actuator).tailGrants.add(`${holder}:${token}`);
+  }
+
+  onControllerApplied(actuator: string, holder: string, token: number, sentAtMs: number): void {
+    const h = this.of(actuator);
+    if (sentAtMs >= this.tailStartMs && h.tailGrants.has(`${holder}:${token}`)) h.tailSatisfied = true;
+  }
+
+  finish(): void {
+    for (const [id, h] of this.actuators) {
+      if (!h.tailSatisfied) this.violate(`liveness: ${id} granted no lease with an applied command in the quiet tail`);
+    }
+  }
+}

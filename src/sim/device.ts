@@ -1,0 +1,239 @@
+/**
+ * Simulated actuators and the DevicePort in front of them.
+ *
+ * The physical unit is the firmware bridge's own register-map logic (firmware-bridge/src/
+ * device.ts) with simulated time, so the fenced profile's fence and its EEPROM are the real
+ * reference algorithm, and a power cycle keeps exactly what that EEPROM kept. The port
+ * speaks to it in registers the way src/adapters/modbus/device.ts does (one FC16 command
+ * block per fenced write, the device seq counted per token by this gateway process), and
+ * maps what the line does to outcomes the same way: a timeout is OUTCOME_UNKNOWN, a 0x46
+ * exception DEVICE_REJECTED, another exception DEVICE_ERROR, a closed link
+ * DEVICE_UNAVAILABLE. Like the bus, two timeouts in a row report the unit offline and the
+ * next answer reports it online.
+ */
+import { Device, MemoryEeprom, PowerLoss, type Refusal } from "../../firmware-bridge/src/device.ts";
+import { FENCED, FENCE_REFUSED_EXCEPTION, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../firmware-bridge/src/profile.ts";
+import type { Fence, Outcome, PointValues } from "../core/types.ts";
+import type { DeviceCommand, DevicePort } from "../shell/ports.ts";
+import type { Prng } from "./prng.ts";
+import type { World } from "./world.ts";
+
+export interface LineFaults {
+  /** One leg of a transaction takes 1..latencyMaxMs. */
+  readonly latencyMaxMs: number;
+  /** The device acted but its answer never arrived. */
+  readonly pLostAnswer: number;
+  /** A corrupted frame (either direction): dropped by CRC, seen as a timeout. */
+  readonly pCrc: number;
+  /** An accepted command block loses power after the EEPROM commit, before acting. */
+  readonly pPowerLoss: number;
+}
+
+/** One physical actuator: outlives every gateway process. */
+export class SimActuator {
+  readonly device: Device;
+  readonly eeprom = new MemoryEeprom();
+  poweredOff = false;
+  busDown = false;
+  /** Called when a command takes effect (API token and seq), for the checker. */
+  onApplied: (token: number, seq: number) => void = () => {};
+
+  constructor(
+    readonly id: string,
+    readonly profile: "fenced" | "plain",
+    private readonly world: World,
+    unit: number,
+  ) {
+    this.device = new Device({ unit, profile, watchdogMs: 0, safePositionRaw: 0, rateRawPerS: 0 }, this.eeprom, world.nowMs);
+  }
+
+  /** Power off for `offMs`; the unit comes back with what its EEPROM kept. */
+  powerCycle(offMs: number): void {
+    if (this.poweredOff) return;
+    this.poweredOff = true;
+    this.world.after(offMs, () => {
+      this.device.powerCycle(this.world.nowMs);
+      this.poweredOff = false;
+    });
+  }
+
+  /** A command block or setpoint write, as the unit executes it. */
+  writeCommand(cmd: DeviceCommand, deviceSeq: number, nowMs: number, rng: Prng, faults: LineFaults, onPowerLoss: () => void): Refusal | undefined {
+    const position = cmd.set.position ?? 0;
+    const before = this.device.applied.length;
+    let result: Refusal | undefined;
+    if (this.profile === "fenced") {
+      const block = encodeCommandBlock({ token: cmd.token, seq: deviceSeq, setpoints: { position } });
+      if (rng.chance(faults.pPowerLoss)) this.device.crashAfterPersist = 1;
+      try {
+        result = this.device.write(FENCED.COMMAND_START, block, 16, nowMs);
+      } catch (err) {
+        if (!(err instanceof PowerLoss)) throw err;
+        // The fence and setpoint are in EEPROM: the unit resumes them at power-up. It acted.
+        this.onApplied(cmd.token, cmd.seq);
+        onPowerLoss();
+        this.powerCycle(rng.int(20, 300));
+        return undefined;
+      } finally {
+        this.device.crashAfterPersist = 0;
+      }
+    } else {
+      result = this.device.write(PLAIN.TARGET_POSITION, [Math.round(position * 100)], 16, nowMs);
+    }
+    if (this.device.applied.length > before) this.onApplied(cmd.token, cmd.seq);
+    return result;
+  }
+}
+
+export class LineTimeout extends Error {
+  constructor() {
+    super("Timed out");
+  }
+}
+
+export class LinkDown extends Error {
+  constructor() {
+    super("the link to the device is down");
+  }
+}
+
+export interface PortHooks {
+  /** Is the gateway process that owns this port still running? */
+  alive(): boolean;
+  /** The bus's unit online/offline report. */
+  onUnit(online: boolean): void;
+  /** The gateway hands a command to the port: the moment it was accepted. */
+  beforeWrite(cmd: DeviceCommand): void;
+  /** Right after the unit acted on a command: the process may die here. */
+  afterAct(): void;
+  fault(kind: string): void;
+}
+
+const isRefusal = (x: unknown): x is Refusal => typeof x === "object" && x !== null && "exception" in x;
+
+/** The gateway process's view of one actuator on a simulated line. */
+export class SimDevicePort implements DevicePort {
+  private chain: Promise<unknown> = Promise.resolve();
+  private writeCounter = { token: 0, next: 0 };
+  private online: boolean | null = null;
+  private timeoutsInARow = 0;
+  readonly timeoutMs: number;
+
+  constructor(
+    readonly unit: SimActuator,
+    private readonly world: World,
+    private readonly rng: Prng,
+    private readonly faults: () => LineFaults,
+    private readonly hooks: PortHooks,
+  ) {
+    this.timeoutMs = 2 * faults().latencyMaxMs + 10;
+  }
+
+  async write(cmd: DeviceCommand): Promise<Outcome> {
+    this.hooks.beforeWrite(cmd);
+    // Like the real adapter: the device seq is this process's count of writes under the token.
+    if (this.writeCounter.token !== cmd.token) this.writeCounter = { token: cmd.token, next: 0 };
+    const deviceSeq = this.writeCounter.next++;
+    try {
+      const result = await this.transact((nowMs) => {
+        const r = this.unit.writeCommand(cmd, deviceSeq, nowMs, this.rng, this.faults(), () => this.hooks.fault("device.powerLossMidCommand"));
+        if (r === undefined) this.hooks.afterAct();
+        return r;
+      });
+      if (result === undefined) return { kind: "applied", applied: { position: cmd.set.position ?? 0 } };
+      if (result.exception === FENCE_REFUSED_EXCEPTION && this.unit.profile === "fenced") {
+        return { kind: "failed", code: "DEVICE_REJECTED", message: "The device's own fence refused the write; a newer token reached it.", modbusCode: result.exception };
+      }
+      return { kind: "failed", code: "DEVICE_ERROR", message: `The device answered Modbus exception ${result.exception}.`, modbusCode: result.exception };
+    } catch (err) {
+      if (err instanceof LinkDown) return { kind: "failed", code: "DEVICE_UNAVAILABLE", message: `The command was not sent: ${err.message}.` };
+      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: "The device did not confirm the write in time; it may or may not have acted, so re-read state." };
+    }
+  }
+
+  async read(): Promise<PointValues> {
+    const fenced = this.unit.profile === "fenced";
+    if (fenced) await this.transact((nowMs) => this.unit.device.write(FENCED.KEEPALIVE, [1], 6, nowMs));
+    const regs = await this.transact((nowMs) => this.unit.device.read(fenced ? FENCED.TARGET_POSITION : PLAIN.TARGET_POSITION, 1, nowMs));
+    if (isRefusal(regs)) throw new Error(`exception ${regs.exception}`);
+    return { position: rawToPosition(regs[0] ?? 0) };
+  }
+
+  async readFence(): Promise<Fence | null> {
+    if (this.unit.profile !== "fenced") return null;
+    const regs = await this.transact((nowMs) => this.unit.device.read(FENCED.FENCE_START, FENCED.FENCE_COUNT, nowMs));
+    if (isRefusal(regs)) throw new Error(`exception ${regs.exception}`);
+    return { token: decodeFence(regs).token, seq: null };
+  }
+
+  /** One transaction at a time, as on the bus. A dead process's transactions never settle. */
+  private transact<T>(atDevice: (nowMs: number) => T): Promise<T> {
+    const run = this.chain.then(() => this.once(atDevice));
+    this.chain = run.catch(() => {});
+    return run;
+  }
+
+  private once<T>(atDevice: (nowMs: number) => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const { hooks, world, rng } = this;
+      const faults = this.faults();
+      const startMs = world.nowMs;
+      const settle = (fn: () => void) => {
+        if (hooks.alive()) fn();
+      };
+      const timeout = () =>
+        world.at(startMs + this.timeoutMs, () =>
+          settle(() => {
+            this.report(false);
+            reject(new LineTimeout());
+          }),
+        );
+      if (this.unit.busDown) {
+        this.setOnline(false);
+        reject(new LinkDown());
+        return;
+      }
+      const requestMs = rng.int(1, faults.latencyMaxMs);
+      const answerMs = rng.int(1, faults.latencyMaxMs);
+      const crcOut = rng.chance(faults.pCrc);
+      const crcBack = rng.chance(faults.pCrc);
+      const lost = rng.chance(faults.pLostAnswer);
+      world.after(requestMs, () => {
+        // The request is on the wire: the unit acts on it whether or not its sender still lives.
+        if (crcOut || this.unit.poweredOff) {
+          if (crcOut) hooks.fault("line.crc");
+          timeout();
+          return;
+        }
+        const result = atDevice(world.nowMs);
+        if (this.unit.poweredOff || crcBack || lost) {
+          if (crcBack) hooks.fault("line.crc");
+          else if (lost) hooks.fault("line.lostAnswer");
+          timeout();
+          return;
+        }
+        world.after(answerMs, () =>
+          settle(() => {
+            this.report(true);
+            resolve(result);
+          }),
+        );
+      });
+    });
+  }
+
+  private report(answered: boolean): void {
+    if (answered) {
+      this.timeoutsInARow = 0;
+      this.setOnline(true);
+    } else if (++this.timeoutsInARow >= 2) {
+      this.setOnline(false);
+    }
+  }
+
+  private setOnline(online: boolean): void {
+    if (this.online === online) return;
+    this.online = online;
+    this.hooks.onUnit(online);
+  }
+}

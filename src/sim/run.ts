@@ -1,0 +1,325 @@
+/**
+ * One seeded run: the real core and the real shell (the Gateway class, unmodified), with
+ * every port simulated: clock and scheduler, the journal, the devices, the broker. The seed
+ * decides the fault profile (which kinds of fault are on, and how often: swarm testing)
+ * and every draw after it. The run has a faulty phase, then a quiet tail in which all
+ * faults stop, for liveness. A gateway crash drops the Gateway instance and everything it
+ * had in flight and starts a new one over the journal's synced content, as a daemon
+ * restart does.
+ */
+import pino from "pino";
+import { step as realStep } from "../core/actuator.ts";
+import type { ActuatorConfig } from "../core/types.ts";
+import { Gateway, type ActuatorBinding, type GatewayRequest } from "../shell/gateway.ts";
+import type { Outbox } from "../shell/ports.ts";
+import { Checker } from "./checker.ts";
+import { Controller, type ControllerEnv } from "./controller.ts";
+import { SimActuator, SimDevicePort, type LineFaults } from "./device.ts";
+import { SimJournal, type CommitCrash, type JournalHooks } from "./journal.ts";
+import { Network, type NetFaults } from "./network.ts";
+import { Prng } from "./prng.ts";
+import { World } from "./world.ts";
+
+export interface SimOptions {
+  readonly faultyMs?: number;
+  readonly tailMs?: number;
+  readonly controllers?: number;
+  /** Replaces the core's step (the checker's own tests inject a broken rule). */
+  readonly step?: typeof realStep;
+}
+
+export interface SimResult {
+  readonly seed: number;
+  readonly violations: readonly string[];
+  readonly faults: ReadonlyMap<string, number>;
+  readonly accepted: number;
+  readonly applied: number;
+  readonly grants: number;
+  readonly refused: ReadonlyMap<string, number>;
+  readonly crashes: number;
+  readonly events: number;
+  readonly hash: string;
+}
+
+/** Per seed: which faults are on and how hard (half the kinds are off in a typical seed). */
+interface FaultProfile {
+  readonly net: NetFaults;
+  readonly line: LineFaults;
+  /** Per chaos tick (every 50 ms of the faulty phase). */
+  readonly pPartition: number;
+  readonly pPause: number;
+  readonly pPowerCycle: number;
+  readonly pBusDown: number;
+  readonly pCrash: number;
+  /** Per journal commit / per device action. */
+  readonly pCrashBeforeSync: number;
+  readonly pCrashAfterSync: number;
+  readonly pCrashAfterIntent: number;
+  readonly pCrashAfterAct: number;
+  readonly maxCrashes: number;
+}
+
+function drawProfile(rng: Prng): FaultProfile {
+  const some = (max: number) => (rng.chance(0.5) ? rng.float() * max : 0);
+  return {
+    net: { delayMaxMs: rng.int(1, 30), pDrop: some(0.2), pDuplicate: some(0.2) },
+    line: { latencyMaxMs: rng.int(1, 30), pLostAnswer: some(0.15), pCrc: some(0.1), pPowerLoss: some(0.1) },
+    pPartition: some(0.05),
+    pPause: some(0.05),
+    pPowerCycle: some(0.03),
+    pBusDown: some(0.02),
+    pCrash: some(0.02),
+    pCrashBeforeSync: some(0.03),
+    pCrashAfterSync: some(0.03),
+    pCrashAfterIntent: some(0.1),
+    pCrashAfterAct: some(0.1),
+    maxCrashes: rng.int(1, 6),
+  };
+}
+
+const ACTUATORS = [
+  { id: "valve-a", profile: "fenced" as const },
+  { id: "valve-b", profile: "plain" as const },
+];
+const MIN_TTL_MS = 100;
+const MAX_TTL_MS = 600;
+const CHAOS_TICK_MS = 50;
+/** A run that goes wrong must still end: far above what a healthy run needs. */
+const MAX_EVENTS = 200_000;
+
+const silentLog = pino({ level: "silent" });
+
+interface Process {
+  readonly epoch: number;
+  alive: boolean;
+  journal: SimJournal;
+  gateway: Gateway;
+  readonly refs: Map<number, { controller: Controller; id: string; actuator: string; request: GatewayRequest }>;
+}
+
+export async function runSeed(seed: number, options: SimOptions = {}): Promise<SimResult> {
+  const faultyMs = options.faultyMs ?? 3_000;
+  const tailMs = options.tailMs ?? 3_000;
+  const root = new Prng(seed);
+  const profile = drawProfile(root);
+  const rngChaos = root.fork();
+  const rngNet = root.fork();
+  const rngLine = root.fork();
+  const rngGateway = root.fork();
+  const world = new World(MAX_EVENTS);
+  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id));
+  const faults = new Map<string, number>();
+  const fault = (kind: string) => {
+    faults.set(kind, (faults.get(kind) ?? 0) + 1);
+    checker.note(`fault ${kind}`);
+  };
+  let tail = false;
+  const faulty = () => !tail;
+  let crashes = 0;
+  let commitCrashKind = "";
+  const canCrash = () => faulty() && crashes < profile.maxCrashes;
+
+  const configs = new Map<string, ActuatorConfig>(
+    ACTUATORS.map((a) => [
+      a.id,
+      {
+        points: { position: { writable: true, min: 0, max: 100 } },
+        expiryPolicy: rngGateway.chance(0.5) ? { kind: "safe", set: { position: 0 } } : { kind: "hold" },
+        limits: { minTtlMs: MIN_TTL_MS, maxTtlMs: MAX_TTL_MS, queueLimit: rngGateway.int(1, 4), recentLimit: 16, safeWriteDeadlineMs: 300 },
+      },
+    ]),
+  );
+  const defaultDeadlineMs = rngGateway.int(50, 500);
+  const units = ACTUATORS.map((a, i) => new SimActuator(a.id, a.profile, world, i + 1));
+  for (const unit of units) unit.onApplied = (token, seq) => checker.onDeviceApplied(unit.id, token, seq);
+
+  const network = new Network(world, rngNet, profile.net, faulty, fault);
+  let current: Process | null = null;
+
+  // ---------------------------------------------------------------------------------------
+  // gateway processes
+
+  const crash = (p: Process, kind: string) => {
+    if (!p.alive) return;
+    p.alive = false;
+    crashes++;
+    fault(`gateway.crash.${kind}`);
+    checker.onCrash(p.epoch);
+    // No restart is quicker than a frame takes on the line: a request the dead process put on
+    // the wire has reached its device (or been lost) before the new process sends anything.
+    const minRestartMs = 2 * profile.line.latencyMaxMs + 10;
+    world.after(rngGateway.int(minRestartMs, minRestartMs + 200), () => startProcess(p.journal.reopen(journalHooks(() => current!)), p.epoch + 1));
+  };
+
+  const journalHooks = (process: () => Process): JournalHooks => ({
+    crashAt: (entries): CommitCrash => {
+      if (!canCrash()) return null;
+      if (entries.some((e) => e.record.type === "intent") && rngGateway.chance(profile.pCrashAfterIntent)) {
+        commitCrashKind = "afterIntentSynced"; // between the intent commit and the device write
+        return "afterSync";
+      }
+      const has = (type: string) => entries.some((e) => e.record.type === type);
+      const what = has("outcome") ? "Outcome" : has("granted") ? "Grant" : "Commit";
+      if (rngGateway.chance(profile.pCrashBeforeSync)) {
+        commitCrashKind = `before${what}Synced`;
+        return "beforeSync";
+      }
+      if (rngGateway.chance(profile.pCrashAfterSync)) {
+        commitCrashKind = `after${what}Synced`;
+        return "afterSync";
+      }
+      return null;
+    },
+    onDurable: (entries) => checker.onDurable(entries),
+    crash: () => crash(process(), commitCrashKind),
+  });
+
+  const startProcess = (journal: SimJournal, epoch: number) => {
+    const snapshots = journal.load();
+    const holder: { p: Process | null } = { p: null };
+    const alive = () => holder.p?.alive === true;
+    const outbox: Outbox = {
+      reply: (ref, reply) => {
+        const p = holder.p;
+        if (!p?.alive) return;
+        const to = p.refs.get(ref);
+        if (!to) return;
+        p.refs.delete(ref);
+        checker.onReply(p.epoch, to.actuator, to.request, reply);
+        network.send(to.controller.link, () => to.controller.receive(to.id, reply));
+      },
+      event: (actuator, event) => {
+        if (!alive()) return;
+        checker.note(`event ${actuator} ${event.type} ${event.holder ?? ""} ${event.token ?? ""} ${event.seq ?? ""} ${event.code ?? ""}`);
+        if (event.type === "expired" && event.code === "STALE_TOKEN" && event.token !== undefined) checker.onLeaseRevoked(actuator, event.token);
+      },
+      state: () => {},
+    };
+    const bindings: ActuatorBinding[] = units.map((unit) => {
+      const port = new SimDevicePort(unit, world, rngLine, () => (faulty() ? profile.line : { ...profile.line, pLostAnswer: 0, pCrc: 0, pPowerLoss: 0 }), {
+        alive,
+        beforeWrite: (cmd) => {
+          if (alive()) checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
+        },
+        onUnit: (online) => {
+          if (alive()) holder.p!.gateway.linkChanged(unit.id, online);
+        },
+        afterAct: () => {
+          if (alive() && canCrash() && rngGateway.chance(profile.pCrashAfterAct)) crash(holder.p!, "afterDeviceActed");
+        },
+        fault,
+      });
+      return {
+        id: unit.id,
+        config: configs.get(unit.id)!,
+        device: port,
+        fenced: unit.profile === "fenced",
+        pollIntervalMs: 200,
+        defaultDeadlineMs,
+      };
+    });
+    const gateway = new Gateway(
+      {
+        journal,
+        clock: world.clock,
+        scheduler: world.schedulerFor(alive),
+        outbox,
+        log: silentLog,
+        actuators: bindings,
+        onFatal: (err) => {
+          if (alive()) checker.note(`fatal ${String(err)}`);
+        },
+        ...(options.step ? { step: options.step } : {}),
+      },
+      snapshots,
+    );
+    const p: Process = { epoch, alive: true, journal, gateway, refs: new Map() };
+    holder.p = p;
+    current = p;
+    checker.note(`start ${epoch}`);
+    gateway.start();
+  };
+
+  startProcess(SimJournal.open(16, journalHooks(() => current!)), 1);
+
+  // ---------------------------------------------------------------------------------------
+  // controllers
+
+  const env: ControllerEnv = {
+    world,
+    actuators: ACTUATORS.map((a) => a.id),
+    minTtlMs: MIN_TTL_MS,
+    maxTtlMs: MAX_TTL_MS,
+    send: (from, id, actuator, request) =>
+      network.send(from.link, () => {
+        const p = current;
+        if (!p?.alive) return; // the broker has nobody to hand it to
+        const ref = p.gateway.allocateRef();
+        p.refs.set(ref, { controller: from, id, actuator, request });
+        checker.note(`submit ${p.epoch} ${from.holder} ${id} ${actuator} ${JSON.stringify(request)}`);
+        p.gateway.submit(actuator, ref, request);
+      }),
+    inTail: () => tail,
+    onGranted: (actuator, holder, token) => checker.onControllerGranted(actuator, holder, token),
+    onApplied: (actuator, holder, token, sentAtMs) => checker.onControllerApplied(actuator, holder, token, sentAtMs),
+  };
+  const controllers = Array.from({ length: options.controllers ?? 3 }, (_, i) => new Controller(`ctl-${i}`, i, env, root.fork()));
+  for (const c of controllers) c.start();
+
+  // ---------------------------------------------------------------------------------------
+  // chaos, then quiet
+
+  const chaos = () => {
+    if (!faulty()) return;
+    if (rngChaos.chance(profile.pPartition)) {
+      const c = rngChaos.pick(controllers);
+      c.link.partitionedUntilMs = world.nowMs + rngChaos.int(50, 1_500);
+      fault("net.partition");
+    }
+    if (rngChaos.chance(profile.pPause)) {
+      rngChaos.pick(controllers).pause(rngChaos.int(50, 1_500));
+      fault("controller.pause");
+    }
+    if (rngChaos.chance(profile.pPowerCycle)) {
+      const unit = rngChaos.pick(units);
+      if (!unit.poweredOff) {
+        unit.powerCycle(rngChaos.int(10, 400));
+        fault("device.powerCycle");
+      }
+    }
+    if (rngChaos.chance(profile.pBusDown)) {
+      const unit = rngChaos.pick(units);
+      if (!unit.busDown) {
+        unit.busDown = true;
+        fault("line.down");
+        world.after(rngChaos.int(20, 500), () => (unit.busDown = false));
+      }
+    }
+    if (current !== null && canCrash() && rngChaos.chance(profile.pCrash)) crash(current, "anytime");
+    world.after(CHAOS_TICK_MS, chaos);
+  };
+  world.after(CHAOS_TICK_MS, chaos);
+  world.at(faultyMs, () => {
+    tail = true;
+    for (const c of controllers) c.link.partitionedUntilMs = 0;
+    for (const unit of units) unit.busDown = false;
+    checker.startTail();
+  });
+
+  await world.run(faultyMs + tailMs);
+
+  for (const unit of units) if (unit.profile === "fenced") checker.checkDeviceLog(unit.id, unit.device.applied);
+  checker.finish();
+  return {
+    seed,
+    violations: checker.violations,
+    faults,
+    accepted: checker.counts.accepted,
+    applied: checker.counts.applied,
+    grants: checker.counts.grants,
+    refused: checker.counts.refused,
+    crashes,
+    events: world.eventsRun,
+    hash: checker.digest(),
+  };
+}
