@@ -1,0 +1,73 @@
+/**
+ * Deliberately broken acceptance rules, injected through the Gateway's `step` dependency
+ * around the real core, so the checker's tests can show it catches each. Test code only.
+ */
+import { step } from "../../src/core/actuator.ts";
+import type { ActuatorConfig, ActuatorState, Effect, Input, QueuedCommand, StepResult } from "../../src/core/types.ts";
+
+/** Refusals the dequeue-time re-check makes that an arrival-only check would not. */
+const RECHECK_CODES = new Set(["STALE_TOKEN", "LEASE_EXPIRED", "NOT_HOLDER", "STALE_SEQ", "UNKNOWN_TOKEN"]);
+
+function refusedAtDequeue(before: ActuatorState, effects: readonly Effect[]): QueuedCommand | undefined {
+  return before.queue.find((cmd) =>
+    effects.some((e) => e.kind === "reply" && cmd.ref !== null && e.ref === cmd.ref && !e.reply.ok && RECHECK_CODES.has(e.reply.error.code)),
+  );
+}
+
+/**
+ * Bug (a): the fence and lease are checked when a command arrives, not again when it leaves
+ * the queue. A queued command whose lease ended, or that a newer grant fenced off while it
+ * waited, goes to the device anyway, and the fence moves to it as a naive gateway would.
+ */
+export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  const cmd = refusedAtDequeue(state, result.effects);
+  if (cmd === undefined || result.state.inFlight !== null) return result;
+  const effects: Effect[] = result.effects.filter(
+    (e) =>
+      !(e.kind === "reply" && e.ref === cmd.ref) &&
+      !(e.kind === "event" && e.event.type === "rejected" && e.event.holder === cmd.holder && e.event.token === cmd.token && e.event.seq === cmd.seq),
+  );
+  const record = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
+  effects.push(
+    { kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } },
+    { kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } },
+    { kind: "stateChanged" },
+    { kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set },
+  );
+  const recent = [...result.state.recent, record].slice(-config.limits.recentLimit);
+  return { state: { ...result.state, fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent }, effects };
+}
+
+/** Bug (b): the intent (the raised fence) is persisted after the device write, not before. */
+export function persistAfterWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  const write = result.effects.findIndex((e) => e.kind === "deviceWrite");
+  if (write < 0) return result;
+  const intents = result.effects.filter((e) => e.kind === "persist" && e.record.type === "intent");
+  const others = result.effects.filter((e) => !intents.includes(e));
+  const at = others.findIndex((e) => e.kind === "deviceWrite");
+  return { state: result.state, effects: [...others.slice(0, at + 1), ...intents, ...others.slice(at + 1)] };
+}
+
+/** Bug (c): a command's reply leaves before its outcome is durable. */
+export function replyBeforeOutcomeStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  if (input.type !== "deviceResult") return result;
+  const replies = result.effects.filter((e) => e.kind === "reply");
+  return { state: result.state, effects: [...replies, ...result.effects.filter((e) => e.kind !== "reply")] };
+}
+
+/** Bug (d): grants are not journaled, so a restart can hand out a token again. */
+export function unjournaledGrantStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  return { state: result.state, effects: result.effects.filter((e) => !(e.kind === "persist" && e.record.type === "granted")) };
+}
+
+/** Bug (e): an acquire takes the lease even while another holder's is live. */
+export function stealingAcquireStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  if (input.type !== "acquire") return result;
+  const held = result.effects.some((e) => e.kind === "reply" && !e.reply.ok && e.reply.error.code === "LEASE_HELD");
+  return held ? step(config, { ...state, lease: null }, input) : result;
+}

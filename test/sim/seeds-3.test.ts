@@ -1,0 +1,5 @@
+/** The default simulator run, part 3 of 4: 250 seeds (4 files so the runner can use both cores). */
+import { describe } from "vitest";
+import { checkSeeds } from "./seed-range.ts";
+
+describe("deterministic simulation", () => checkSeeds(501, 250));

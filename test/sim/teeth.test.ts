@@ -1,0 +1,51 @@
+/**
+ * The checker has teeth: with a deliberately broken acceptance rule injected into the real
+ * Gateway, the simulator finds a violation within a bounded number of seeds.
+ */
+import { describe, expect, it } from "vitest";
+import type { step } from "../../src/core/actuator.ts";
+import { runSeed } from "../../src/sim/run.ts";
+import { arrivalOnlyStep, persistAfterWriteStep, replyBeforeOutcomeStep, stealingAcquireStep, unjournaledGrantStep } from "./broken-steps.ts";
+
+const MAX_SEEDS = 200;
+
+async function firstViolation(brokenStep: typeof step): Promise<{ seed: number; violation: string } | null> {
+  for (let seed = 1; seed <= MAX_SEEDS; seed++) {
+    const result = await runSeed(seed, { step: brokenStep });
+    const violation = result.violations[0];
+    if (violation !== undefined) return { seed, violation };
+  }
+  return null;
+}
+
+describe("the simulator's checker catches a broken acceptance rule", () => {
+  it("(a) fence and lease checked only at arrival, not when the command leaves the queue", async () => {
+    const found = await firstViolation(arrivalOnlyStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/accepted (while the live lease|at or below the durable fence)/);
+  });
+
+  it("(b) the fence persisted after the device write instead of before", async () => {
+    const found = await firstViolation(persistAfterWriteStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/written to the device before its intent was durable/);
+  });
+
+  it("(c) an applied reply sent before its outcome is durable", async () => {
+    const found = await firstViolation(replyBeforeOutcomeStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/"applied" replied for .* before that outcome was durable/);
+  });
+
+  it("(d) grants not journaled", async () => {
+    const found = await firstViolation(unjournaledGrantStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/without a durable grant|granted twice/);
+  });
+
+  it("(e) an acquire that takes a lease another holder still has", async () => {
+    const found = await firstViolation(stealingAcquireStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/while lease \d+ of \S+ is live/);
+  });
+});
