@@ -62,6 +62,8 @@ class ActuatorHistory {
 
 export interface CheckerCounts {
   accepted: number;
+  /** Of those, the gateway's own safe-value writes on lease expiry. */
+  safeWrites: number;
   applied: number;
   grants: number;
   refused: Map<string, number>;
@@ -69,7 +71,7 @@ export interface CheckerCounts {
 
 export class Checker {
   readonly violations: string[] = [];
-  readonly counts: CheckerCounts = { accepted: 0, applied: 0, grants: 0, refused: new Map() };
+  readonly counts: CheckerCounts = { accepted: 0, safeWrites: 0, applied: 0, grants: 0, refused: new Map() };
   private readonly hash: Hash = createHash("sha256");
   private readonly actuators = new Map<string, ActuatorHistory>();
   private tailStartMs = Number.POSITIVE_INFINITY;
@@ -79,13 +81,17 @@ export class Checker {
     actuatorIds: readonly string[],
     /** Bounded: a run that goes wrong stops collecting after this many. */
     private readonly maxViolations = 20,
+    /** Receives every line of the history (`--trace`). */
+    private readonly trace: ((line: string) => void) | null = null,
   ) {
     for (const id of actuatorIds) this.actuators.set(id, new ActuatorHistory());
   }
 
   /** Every observation goes into the history hash: same seed, same hash. */
   note(line: string): void {
-    this.hash.update(`${this.clock()} ${line}\n`);
+    const stamped = `${this.clock()} ${line}`;
+    this.hash.update(`${stamped}\n`);
+    this.trace?.(stamped);
   }
 
   digest(): string {
@@ -145,6 +151,7 @@ export class Checker {
     const h = this.of(actuator);
     this.note(`write ${actuator} ${holder} (${token}, ${seq})`);
     this.counts.accepted++;
+    if (holder === GATEWAY_HOLDER) this.counts.safeWrites++;
     const intent = h.intents.get(key(token, seq));
     if (!intent) {
       this.violate(`${actuator}: (${token}, ${seq}) was written to the device before its intent was durable`);

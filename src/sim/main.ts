@@ -1,5 +1,5 @@
 /**
- * npm run sim -- --seeds N [--seed S]
+ * npm run sim -- --seeds N [--seed S] [--trace]
  *
  * Runs N seeds (from S, or from a seed drawn from the time) of the deterministic simulator
  * and prints what was injected, what the gateway decided and every violation. Exits 1 on
@@ -7,21 +7,24 @@
  */
 import { runSeed, type SimResult } from "./run.ts";
 
-function parseArgs(argv: readonly string[]): { seeds: number; seed: number | null } {
+function parseArgs(argv: readonly string[]): { seeds: number; seed: number | null; trace: boolean } {
   let seeds: number | null = null;
   let seed: number | null = null;
+  let trace = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = Number(argv[i + 1]);
-    if ((arg === "--seeds" || arg === "--seed") && Number.isSafeInteger(value) && value >= 0) {
+    if (arg === "--trace") {
+      trace = true;
+    } else if ((arg === "--seeds" || arg === "--seed") && Number.isSafeInteger(value) && value >= 0) {
       if (arg === "--seeds") seeds = value;
       else seed = value;
       i++;
     } else {
-      throw new Error(`usage: npm run sim -- --seeds N [--seed S]  (got ${arg})`);
+      throw new Error(`usage: npm run sim -- --seeds N [--seed S] [--trace]  (got ${arg})`);
     }
   }
-  return { seeds: seeds ?? (seed === null ? 100 : 1), seed };
+  return { seeds: seeds ?? (seed === null ? 100 : 1), seed, trace };
 }
 
 function add(into: Map<string, number>, from: ReadonlyMap<string, number>): void {
@@ -33,22 +36,24 @@ function table(m: ReadonlyMap<string, number>): string {
 }
 
 async function main(): Promise<number> {
-  const { seeds, seed } = parseArgs(process.argv.slice(2));
+  const { seeds, seed, trace } = parseArgs(process.argv.slice(2));
   // Not a decision input: only picks where an unseeded batch starts; every seed is printed.
   const first = seed ?? (Date.now() % 1_000_000) * 1000;
   const faults = new Map<string, number>();
   const refused = new Map<string, number>();
   let accepted = 0;
+  let safeWrites = 0;
   let applied = 0;
   let grants = 0;
   let events = 0;
   const failed: SimResult[] = [];
   const started = performance.now();
   for (let i = 0; i < seeds; i++) {
-    const result = await runSeed(first + i);
+    const result = await runSeed(first + i, trace ? { trace: (line) => console.log(line) } : {});
     add(faults, result.faults);
     add(refused, result.refused);
     accepted += result.accepted;
+    safeWrites += result.safeWrites;
     applied += result.applied;
     grants += result.grants;
     events += result.events;
@@ -63,7 +68,7 @@ async function main(): Promise<number> {
   console.log(`seeds run: ${seeds} (${first}..${first + seeds - 1}) in ${seconds.toFixed(1)} s, ${(seeds / seconds).toFixed(1)} seeds/s, ${events} events`);
   console.log(`faults injected by kind:\n${table(faults)}`);
   console.log(`leases granted: ${grants}`);
-  console.log(`commands accepted (written to a device): ${accepted}; replied applied: ${applied}`);
+  console.log(`commands accepted (written to a device): ${accepted}, of which the gateway's own safe-value writes: ${safeWrites}; replied applied: ${applied}`);
   console.log(`refused by code:\n${table(refused)}`);
   console.log(`violations: ${failed.reduce((n, r) => n + r.violations.length, 0)} in ${failed.length} seed(s)`);
   if (failed.length > 0) console.log(`first failing seed: npm run sim -- --seed ${failed[0]!.seed}`);

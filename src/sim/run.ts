@@ -26,6 +26,8 @@ export interface SimOptions {
   readonly controllers?: number;
   /** Replaces the core's step (the checker's own tests inject a broken rule). */
   readonly step?: typeof realStep;
+  /** Receives every line of the history, to read a failing seed's story. */
+  readonly trace?: (line: string) => void;
 }
 
 export interface SimResult {
@@ -33,6 +35,7 @@ export interface SimResult {
   readonly violations: readonly string[];
   readonly faults: ReadonlyMap<string, number>;
   readonly accepted: number;
+  readonly safeWrites: number;
   readonly applied: number;
   readonly grants: number;
   readonly refused: ReadonlyMap<string, number>;
@@ -107,7 +110,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const rngLine = root.fork();
   const rngGateway = root.fork();
   const world = new World(MAX_EVENTS);
-  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id));
+  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id), 20, options.trace ?? null);
   const faults = new Map<string, number>();
   const fault = (kind: string) => {
     faults.set(kind, (faults.get(kind) ?? 0) + 1);
@@ -315,6 +318,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     violations: checker.violations,
     faults,
     accepted: checker.counts.accepted,
+    safeWrites: checker.counts.safeWrites,
     applied: checker.counts.applied,
     grants: checker.counts.grants,
     refused: checker.counts.refused,
