@@ -425,21 +425,48 @@ export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<
       message: `Connected to ${mqtt.url} as ${mqtt.username ?? "(anonymous)"} with MQTT ${mqtt.protocolVersion === 5 ? "5" : "3.1.1"} in ${connectMs} ms.`,
       details: { connectMs },
     }];
-    const filters = [...requestSubscriptions(mqtt.baseTopic)];
-    const granted: ISubscriptionGrant[] = await client.subscribeAsync(filters, { qos: 1 }).catch(() => []);
-    const denied = filters.filter((f) => {
-      const g = granted.find((x) => x.topic === f);
-      return g === undefined || g.qos >= 0x80;
-    });
-    findings.push(
-      denied.length === 0
-        ? { check: "broker acl", status: "ok", message: `May subscribe to the request topics (${filters.join(", ")}).` }
-        : { check: "broker acl", status: "fail", message: `The broker does not let ${mqtt.username ?? "this client"} subscribe to ${denied.join(", ")}: requests would never arrive.`, fix: "Allow the gateway's user to read <base>/+/lease/+, <base>/+/command and <base>/+/read (config/mosquitto/acl)." },
-    );
+    findings.push(await probeRequestTopics(client, mqtt));
     return findings;
   } finally {
     await client.endAsync(true).catch(() => {});
   }
+}
+
+/** An actuator id no deployment uses: a running gateway answers the probe UNKNOWN_ACTUATOR. */
+const PROBE_ACTUATOR = "fencegate-doctor-probe";
+
+/**
+ * Whether the gateway's user may read the request topics. A SUBACK proves little (Mosquitto
+ * grants every subscription and filters on delivery), so a probe read request is published
+ * and must come back on the subscription.
+ */
+async function probeRequestTopics(client: MqttClient, mqtt: MqttConfig): Promise<Finding> {
+  const check = "broker acl";
+  const who = mqtt.username ?? "this client";
+  const filters = [...requestSubscriptions(mqtt.baseTopic)];
+  const granted: ISubscriptionGrant[] = await client.subscribeAsync(filters, { qos: 1 }).catch(() => []);
+  const denied = filters.filter((f) => (granted.find((g) => g.topic === f)?.qos ?? 0x80) >= 0x80);
+  const fix = "Let the gateway's user read <base>/+/lease/+, <base>/+/command and <base>/+/read (config/mosquitto/acl).";
+  if (denied.length > 0) return { check, status: "fail", message: `The broker does not let ${who} subscribe to ${denied.join(", ")}: requests would never arrive.`, fix };
+  const topic = `${mqtt.baseTopic}/${PROBE_ACTUATOR}/read`;
+  const id = `doctor-${process.pid}-${Date.now()}`;
+  const payload = JSON.stringify({ id });
+  const arrived = new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), 3000);
+    client.on("message", (t, p) => {
+      if (t === topic && p.toString() === payload) {
+        clearTimeout(timer);
+        resolve(true);
+      }
+    });
+  });
+  const published = await client.publishAsync(topic, payload, { qos: 1 }).then(() => null, (err: Error) => err.message);
+  if (published !== null) {
+    return { check, status: "info", message: `May subscribe to the request topics; whether requests reach it was not checked: ${who} may not publish a probe request (${published}).` };
+  }
+  return (await arrived)
+    ? { check, status: "ok", message: `Receives requests: a probe read request on ${topic} came back on the gateway's subscriptions.` }
+    : { check, status: "fail", message: `A probe request on ${topic} never arrived on the gateway's subscriptions: the broker's ACL does not let ${who} read the request topics (or publish them), so requests would never arrive.`, fix };
 }
 
 // ---------------------------------------------------------------------------------------
