@@ -89,6 +89,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       fenced: a.profile === "fenced",
       pollIntervalMs: a.pollIntervalMs,
       defaultDeadlineMs: config.commands.defaultDeadlineMs,
+      authenticated: a.authenticatedCommands,
     };
   });
 

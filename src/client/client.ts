@@ -145,8 +145,8 @@ export class FencegateClient {
   /** Takes a lease on `actuator`; it renews itself until released or lost. */
   async acquire(actuator: string, options: LeaseOptions): Promise<Lease> {
     const reply = await this.request(actuator, "lease/acquire", { holder: this.holder, ttlMs: options.ttlMs });
-    const granted = reply.lease as { token: number; ttlMs: number };
-    const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options);
+    const granted = reply.lease as { token: number; ttlMs: number; secret?: string };
+    const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options, granted.secret);
     await lease.start();
     return lease;
   }

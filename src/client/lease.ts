@@ -4,6 +4,7 @@
  */
 import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
+import { sign } from "../core/signature.ts";
 import type { ActuatorState, FencegateClient } from "./client.ts";
 import { FencegateError, FencegateTimeoutError, LeaseLostError, type RefusalBody } from "./errors.ts";
 
@@ -27,6 +28,12 @@ export interface Applied {
   readonly seq: number;
   readonly applied: Readonly<Record<string, number>>;
 }
+
+/**
+ * The deadline a signed command carries when the caller gives none: the MAC covers the
+ * deadline the gateway applies, so a signed command always states it.
+ */
+export const SIGNED_DEFAULT_DEADLINE_MS = 5000;
 
 type Original = { ok: true; token: number; seq: number; applied: Record<string, number> } | { ok: false; error: RefusalBody };
 
@@ -52,6 +59,8 @@ export class Lease extends EventEmitter {
     readonly token: number,
     readonly ttlMs: number,
     private readonly options: LeaseOptions,
+    /** Authenticated actuators: the key for every request's mac. Never logged or emitted. */
+    private readonly secret?: string,
     sentAtMs = performance.now(),
   ) {
     super();
@@ -105,7 +114,7 @@ export class Lease extends EventEmitter {
     this.assertUsable();
     const sentAtMs = performance.now();
     try {
-      await this.client.request(this.actuator, "lease/renew", { holder: this.holder, token: this.token });
+      await this.client.request(this.actuator, "lease/renew", this.signed("lease/renew", { holder: this.holder, token: this.token }));
     } catch (err) {
       if (err instanceof FencegateError) this.markLost(err);
       throw err;
@@ -123,7 +132,8 @@ export class Lease extends EventEmitter {
     this.assertUsable();
     const seq = this.nextSeq++;
     const id = randomUUID();
-    const body = { holder: this.holder, token: this.token, seq, set, ...(options.deadlineMs !== undefined ? { deadlineMs: options.deadlineMs } : {}) };
+    const deadlineMs = options.deadlineMs ?? (this.secret !== undefined ? SIGNED_DEFAULT_DEADLINE_MS : undefined);
+    const body = this.signed("command", { holder: this.holder, token: this.token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
     const retries = options.retries ?? 2;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -153,7 +163,16 @@ export class Lease extends EventEmitter {
     this.released = true;
     this.stop();
     if (this.lostReason) return;
-    await this.client.request(this.actuator, "lease/release", { holder: this.holder, token: this.token });
+    await this.client.request(this.actuator, "lease/release", this.signed("lease/release", { holder: this.holder, token: this.token }));
+  }
+
+  /** Adds the mac on an authenticated lease; the body unchanged otherwise. */
+  private signed<T extends { holder: string; token: number; seq?: number; set?: Readonly<Record<string, number>>; deadlineMs?: number }>(
+    verb: "command" | "lease/renew" | "lease/release",
+    body: T,
+  ): T & { mac?: string } {
+    if (this.secret === undefined) return body;
+    return { ...body, mac: sign(this.secret, { verb, actuator: this.actuator, ...body }) };
   }
 
   private assertUsable(): void {

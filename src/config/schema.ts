@@ -329,8 +329,11 @@ const actuator = z.strictObject({
     point,
   ),
   expiry,
-  /** Reserved for signed commands; not implemented, so only false is accepted. */
-  authenticatedCommands: z.literal(false, { error: "Authenticated commands are not supported yet; remove the setting or set it to false." }).default(false),
+  /**
+   * Each grant carries a per-lease secret; commands, renewals and releases must carry an
+   * HMAC-SHA256 of their fields with it (src/core/signature.ts), or get BAD_SIGNATURE.
+   */
+  authenticatedCommands: z.boolean().default(false),
 }).superRefine((a, ctx) => {
   const points = isRecord(a.points) ? a.points : undefined;
   if (points !== undefined && Object.keys(points).length === 0) {

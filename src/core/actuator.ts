@@ -108,7 +108,7 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
   expireIfDue(s);
   switch (input.type) {
     case "acquire":
-      acquire(s, input.ref, input.holder, input.ttlMs);
+      acquire(s, input.ref, input.holder, input.ttlMs, input.secret);
       break;
     case "renew":
       renew(s, input.ref, input.holder, input.token);
@@ -181,7 +181,7 @@ function leaseError(s: Step, code: ErrorCode, message: string): ErrorBody {
   return { code, message, fence: s.state.fence, ...(lease ? { lease } : {}) };
 }
 
-function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number): void {
+function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: string | undefined): void {
   const { minTtlMs, maxTtlMs } = s.config.limits;
   if (!(Number.isSafeInteger(ttlMs) && ttlMs >= minTtlMs && ttlMs <= maxTtlMs)) {
     s.refuse(ref, { code: "INVALID_REQUEST", message: `ttlMs must be an integer from ${minTtlMs} to ${maxTtlMs}.` }, { holder });
@@ -191,6 +191,11 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number): void {
   if (isLive(current, s.nowMs)) {
     if (current.holder !== holder) {
       s.refuse(ref, leaseError(s, "LEASE_HELD", `The lease is held by ${current.holder} until it expires or is released.`), { holder });
+      return;
+    }
+    if (current.secret !== undefined) {
+      // Handing the secret out again would give it to whoever claims the holder's name.
+      s.refuse(ref, leaseError(s, "LEASE_HELD", `${holder} already holds this authenticated lease; its secret is not sent twice, so wait for it to expire.`), { holder });
       return;
     }
     // The live holder asking again (typically a retry after a lost reply) keeps its token.
@@ -206,8 +211,8 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number): void {
     s.refuse(ref, { code: "INTERNAL", message: "The token space of this actuator is exhausted; replace its journal and device fence." }, { holder });
     return;
   }
-  s.set({ lease: { holder, token, ttlMs, expiresAtMs: s.nowMs + ttlMs } });
-  s.reply(ref, { ok: true, lease: { holder, token, ttlMs } });
+  s.set({ lease: { holder, token, ttlMs, expiresAtMs: s.nowMs + ttlMs, ...(secret !== undefined ? { secret } : {}) } });
+  s.reply(ref, { ok: true, lease: { holder, token, ttlMs, ...(secret !== undefined ? { secret } : {}) } });
   s.emit({ kind: "event", event: { type: "granted", holder, token } });
   s.emit({ kind: "stateChanged" });
 }

@@ -7,6 +7,8 @@ export const ERROR_CODES = [
   "INVALID_REQUEST",
   "RETAINED_REQUEST",
   "UNKNOWN_ACTUATOR",
+  // Extension (authenticated actuators): the request's MAC is missing or wrong.
+  "BAD_SIGNATURE",
   "UNKNOWN_POINT",
   "READ_ONLY_POINT",
   "OUT_OF_RANGE",

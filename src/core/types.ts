@@ -16,6 +16,8 @@ export interface Lease {
   readonly token: number;
   readonly ttlMs: number;
   readonly expiresAtMs: number;
+  /** Authenticated actuators: the per-lease MAC key, handed out with the grant only. */
+  readonly secret?: string;
 }
 
 export type PointValues = Readonly<Record<string, number>>;
@@ -123,7 +125,7 @@ export interface ErrorBody {
 
 /** A reply body without the request id; the shell adds `id` and routes it. */
 export type Reply =
-  | { readonly ok: true; readonly lease: { holder: string; token: number; ttlMs: number } | null }
+  | { readonly ok: true; readonly lease: { holder: string; token: number; ttlMs: number; secret?: string } | null }
   | {
       readonly ok: true;
       readonly outcome: "applied";
@@ -174,7 +176,14 @@ interface Timed {
 }
 
 export type Input =
-  | (Timed & { readonly type: "acquire"; readonly ref: ReplyRef; readonly holder: string; readonly ttlMs: number })
+  | (Timed & {
+      readonly type: "acquire";
+      readonly ref: ReplyRef;
+      readonly holder: string;
+      readonly ttlMs: number;
+      /** Authenticated actuators: a fresh random secret from the shell, kept if granted. */
+      readonly secret?: string | undefined;
+    })
   | (Timed & { readonly type: "renew"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
   | (Timed & { readonly type: "release"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
   | (Timed & {

@@ -9,16 +9,18 @@
  * Effects of successive steps of one actuator run strictly one after another, so a reply
  * or a published state never runs ahead of the journal.
  */
+import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
-import { EMPTY_SNAPSHOT, initialState, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import { verify } from "../core/signature.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter } from "./group-commit.ts";
 import type { Clock, DevicePort, Journal, Outbox, Scheduler, StateView } from "./ports.ts";
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
-  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number }
-  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number }
+  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null }
+  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null }
   | {
       readonly verb: "command";
       readonly holder: string;
@@ -26,6 +28,7 @@ export type GatewayRequest =
       readonly seq: number;
       readonly set: PointValues;
       readonly deadlineMs?: number | undefined;
+      readonly mac?: string | null;
     }
   | { readonly verb: "read"; readonly holder?: string | null | undefined };
 
@@ -37,6 +40,8 @@ export interface ActuatorBinding {
   readonly fenced: boolean;
   readonly pollIntervalMs: number;
   readonly defaultDeadlineMs: number;
+  /** Commands, renewals and releases must carry a MAC keyed with the lease's secret. */
+  readonly authenticated?: boolean;
 }
 
 export interface GatewayDeps {
@@ -295,7 +300,7 @@ export class Gateway {
       case "read":
         void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view(rt.state) }));
         return;
-      case "lease/acquire":
+      case "lease/acquire": {
         if (!rt.fenceKnown) {
           outbox.reply(ref, {
             ok: false,
@@ -303,8 +308,14 @@ export class Gateway {
           });
           return;
         }
-        this.now((nowMs) => rt.dispatch({ type: "acquire", nowMs, ref, holder: request.holder, ttlMs: request.ttlMs }));
+        // The secret is drawn here, not in the core: the core stays free of randomness.
+        const secret = rt.binding.authenticated ? randomBytes(32).toString("base64url") : undefined;
+        this.now((nowMs) => rt.dispatch({ type: "acquire", nowMs, ref, holder: request.holder, ttlMs: request.ttlMs, secret }));
         return;
+      }
+    }
+    if (!this.signatureOk(rt, ref, request)) return;
+    switch (request.verb) {
       case "lease/renew":
         this.now((nowMs) => rt.dispatch({ type: "renew", nowMs, ref, holder: request.holder, token: request.token }));
         return;
@@ -326,6 +337,28 @@ export class Gateway {
         );
         return;
     }
+  }
+
+  /**
+   * Authenticated actuators: a request under the live lease's token must carry the MAC of
+   * its fields keyed with that lease's secret, checked before anything reaches the core.
+   * Requests under any other token cannot be verified (that secret is gone) and go on to
+   * the core, which refuses them without effect.
+   */
+  private signatureOk(rt: ActuatorRuntime, ref: number, request: Exclude<GatewayRequest, { verb: "read" | "lease/acquire" }>): boolean {
+    const lease = rt.state.lease;
+    if (!rt.binding.authenticated || lease?.secret === undefined || lease.token !== request.token || !isLive(lease, this.deps.clock.monotonicMs())) return true;
+    const fields =
+      request.verb === "command"
+        ? { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs }
+        : { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token };
+    if (verify(lease.secret, fields, request.mac)) return true;
+    const message = request.mac
+      ? "The mac does not match this request under the lease's secret; nothing was changed."
+      : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
+    this.deps.outbox.reply(ref, { ok: false, error: { code: "BAD_SIGNATURE", message } });
+    this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code: "BAD_SIGNATURE" });
+    return false;
   }
 
   linkChanged(actuator: string, online: boolean): void {

@@ -170,9 +170,11 @@ describe("cross-field checks", () => {
     expect(() => parseConfig(c)).not.toThrow();
   });
 
-  it("authenticated commands are refused until they are implemented", () => {
+  it("authenticated commands are a yes or no per actuator", () => {
     const c = minimalConfig();
     c.actuators[0].authenticatedCommands = true;
+    expect(parseConfig(c).actuators[0]!.authenticatedCommands).toBe(true);
+    c.actuators[0].authenticatedCommands = "yes";
     expect(onlyProblem(c).path).toBe("actuators[0].authenticatedCommands");
   });
 });

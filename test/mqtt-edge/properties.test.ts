@@ -39,6 +39,8 @@ interface Valid {
   body: Record<string, unknown>;
   expected: Request;
 }
+/** Authenticated actuators' MAC: optional on renew, release and command. */
+const macArb = fc.stringMatching(/^[0-9a-f]{64}$/);
 const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> => {
   switch (verb) {
     case "lease/acquire":
@@ -49,11 +51,13 @@ const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> 
       }));
     case "lease/renew":
     case "lease/release":
-      return fc.record({ id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }) }).map((b) => ({
-        verb,
-        body: b,
-        expected: { verb, actuator: "valve-1", ...b },
-      }));
+      return fc
+        .record({ id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }), mac: macArb }, { requiredKeys: ["id", "holder", "token"] })
+        .map((b) => ({
+          verb,
+          body: b,
+          expected: { verb, actuator: "valve-1", ...b, mac: b.mac ?? null },
+        }));
     case "command":
       return fc
         .record(
@@ -64,13 +68,14 @@ const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> 
             seq: fc.integer({ min: 0, max: MAX }),
             set: fc.dictionary(pointArb, valueArb, { minKeys: 1, maxKeys: 64 }),
             deadlineMs: fc.integer({ min: 1, max: LIMITS.maxDeadlineMs }),
+            mac: macArb,
           },
           { requiredKeys: ["id", "holder", "token", "seq", "set"] },
         )
         .map((b) => ({
           verb,
           body: b,
-          expected: { verb, actuator: "valve-1", deadlineMs: LIMITS.defaultDeadlineMs, ...b },
+          expected: { verb, actuator: "valve-1", deadlineMs: LIMITS.defaultDeadlineMs, ...b, mac: b.mac ?? null },
         }));
     case "read":
       return fc.record({ id: idArb, holder: holderArb }, { requiredKeys: ["id"] }).map((b) => ({

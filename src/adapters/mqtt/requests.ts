@@ -46,11 +46,14 @@ export interface RenewReq extends Base {
   readonly verb: "lease/renew";
   readonly holder: string;
   readonly token: number;
+  /** Authenticated actuators only; null when absent. */
+  readonly mac: string | null;
 }
 export interface ReleaseReq extends Base {
   readonly verb: "lease/release";
   readonly holder: string;
   readonly token: number;
+  readonly mac: string | null;
 }
 export interface CommandReq extends Base {
   readonly verb: "command";
@@ -60,6 +63,7 @@ export interface CommandReq extends Base {
   readonly set: PointValues;
   /** Always present: the request's own value or `limits.defaultDeadlineMs`. */
   readonly deadlineMs: number;
+  readonly mac: string | null;
 }
 export interface ReadReq extends Base {
   readonly verb: "read";
@@ -126,9 +130,9 @@ function own(o: Record<string, unknown>, k: string): unknown {
 
 const FIELDS: Readonly<Record<RequestVerb, readonly string[]>> = {
   "lease/acquire": ["id", "holder", "ttlMs"],
-  "lease/renew": ["id", "holder", "token"],
-  "lease/release": ["id", "holder", "token"],
-  command: ["id", "holder", "token", "seq", "set", "deadlineMs"],
+  "lease/renew": ["id", "holder", "token", "mac"],
+  "lease/release": ["id", "holder", "token", "mac"],
+  command: ["id", "holder", "token", "seq", "set", "deadlineMs", "mac"],
   read: ["id", "holder"],
 };
 
@@ -145,6 +149,7 @@ function messages(limits: RequestLimits): Readonly<Record<string, string>> {
     seq: `seq must be an integer from 0 to ${MAX}`,
     set: `set must be an object of 1 to ${MAX_SET_POINTS} points, each a point name mapped to a finite number`,
     deadlineMs: `deadlineMs must be an integer from 1 to ${limits.maxDeadlineMs}`,
+    mac: "mac must be 64 lowercase hexadecimal characters (HMAC-SHA256)",
   };
 }
 
@@ -169,10 +174,12 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
   const id = z.string().regex(ID_RE);
   const holder = z.string().regex(HOLDER_RE);
   const token = safeInt(1, MAX);
+  // Authenticated actuators (an extension): see src/core/signature.ts.
+  const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
   return {
     "lease/acquire": z.strictObject({ id, holder, ttlMs: safeInt(limits.minTtlMs, limits.maxTtlMs) }),
-    "lease/renew": z.strictObject({ id, holder, token }),
-    "lease/release": z.strictObject({ id, holder, token }),
+    "lease/renew": z.strictObject({ id, holder, token, mac }),
+    "lease/release": z.strictObject({ id, holder, token, mac }),
     command: z.strictObject({
       id,
       holder,
@@ -185,6 +192,7 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
           return n >= 1 && n <= MAX_SET_POINTS;
         }),
       deadlineMs: safeInt(1, limits.maxDeadlineMs).optional(),
+      mac,
     }),
     read: z.strictObject({ id, holder: holder.optional() }),
   };
@@ -279,7 +287,7 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
       return { verb: inc.verb, actuator, id, holder: str("holder"), ttlMs: num("ttlMs") };
     case "lease/renew":
     case "lease/release":
-      return { verb: inc.verb, actuator, id, holder: str("holder"), token: num("token") };
+      return { verb: inc.verb, actuator, id, holder: str("holder"), token: num("token"), mac: hasOwn(obj, "mac") ? str("mac") : null };
     case "command": {
       const set: Record<string, number> = {};
       // Safe: every name passed POINT_NAME_RE and is not an Object.prototype member.
@@ -294,6 +302,7 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
         seq: num("seq"),
         set,
         deadlineMs: hasOwn(obj, "deadlineMs") ? num("deadlineMs") : inc.limits.defaultDeadlineMs,
+        mac: hasOwn(obj, "mac") ? str("mac") : null,
       };
     }
     case "read":

@@ -1,0 +1,66 @@
+import { describe, expect, it } from "vitest";
+import { canonicalForm, sign, verify } from "../../src/core/signature.ts";
+import { CoreDriver, codeOf } from "../core/harness.ts";
+
+const FIELDS = { verb: "command", actuator: "valve-1", holder: "line-a", token: 7, seq: 3, set: { speed: 2, position: 42.5 }, deadlineMs: 1000 } as const;
+
+describe("request signature (authenticated actuators)", () => {
+  it("has a documented canonical form, points sorted by name", () => {
+    expect(canonicalForm(FIELDS)).toBe('["fencegate-mac-v1","command","valve-1","line-a",7,3,[["position",42.5],["speed",2]],1000]');
+    expect(canonicalForm({ verb: "lease/release", actuator: "valve-1", holder: "line-a", token: 7 })).toBe('["fencegate-mac-v1","lease/release","valve-1","line-a",7,null,null,null]');
+  });
+
+  it("matches an HMAC-SHA256 test vector computed independently", () => {
+    // printf '%s' '<canonical form>' | openssl dgst -sha256 -hmac s3cret
+    expect(sign("s3cret", FIELDS)).toBe("1bfc8eec2d5207fea9a3fb5c428fa0952f18a71a12c6133249da715ab2588fd7");
+  });
+
+  it("verifies its own mac and nothing else", () => {
+    const mac = sign("s3cret", FIELDS);
+    expect(verify("s3cret", FIELDS, mac)).toBe(true);
+    expect(verify("other", FIELDS, mac)).toBe(false);
+    expect(verify("s3cret", FIELDS, null)).toBe(false);
+    expect(verify("s3cret", FIELDS, "zz")).toBe(false);
+    expect(verify("s3cret", FIELDS, mac.toUpperCase())).toBe(false);
+  });
+
+  it.each([
+    ["actuator", { actuator: "valve-2" }],
+    ["holder", { holder: "line-b" }],
+    ["token", { token: 8 }],
+    ["seq", { seq: 4 }],
+    ["a set value", { set: { position: 42.6, speed: 2 } }],
+    ["a set point", { set: { position: 42.5 } }],
+    ["deadlineMs", { deadlineMs: 1001 }],
+    ["the verb", { verb: "lease/renew" as const }],
+  ])("fails when %s is changed", (_name, change) => {
+    expect(verify("s3cret", { ...FIELDS, ...change }, sign("s3cret", FIELDS))).toBe(false);
+  });
+});
+
+describe("authenticated leases in the core", () => {
+  it("hands the secret out with the grant only", () => {
+    const d = new CoreDriver();
+    const reply = d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" }).reply;
+    expect(reply).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 1000, secret: "k1" } });
+    const renewed = d.request({ type: "renew", ref: 2, holder: "A", token: 1 }).reply;
+    expect(renewed).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 1000 } });
+    expect(d.log.filter((e) => e.kind === "event").every((e) => !JSON.stringify(e).includes("k1"))).toBe(true);
+    expect(d.log.filter((e) => e.kind === "persist").every((e) => !JSON.stringify(e).includes("k1"))).toBe(true);
+  });
+
+  it("does not hand the secret out again to a second acquire under the holder's name", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    const again = d.request({ type: "acquire", ref: 2, holder: "A", ttlMs: 1000, secret: "k2" }).reply;
+    expect(codeOf(again)).toBe("LEASE_HELD");
+    expect(JSON.stringify(again)).not.toContain("k1");
+  });
+
+  it("gives a new secret with the next grant after expiry", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    d.advance(1000);
+    expect(d.request({ type: "acquire", ref: 2, holder: "A", ttlMs: 1000, secret: "k2" }).reply).toMatchObject({ ok: true, lease: { token: 2, secret: "k2" } });
+  });
+});
