@@ -21,8 +21,12 @@ import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { freePort } from "../support/ports.ts";
 import { TopicWatcher, tcpNoDelay, until } from "../support/watch.ts";
 
-/** The bus timeout; the daemon waits for max(20, T/2) ms of silence after a timeout. */
-const TIMEOUT_MS = 200;
+/**
+ * The bus timeout; the daemon waits for max(20, T/2) ms of silence after a timeout. Every
+ * time below is relative to it, and it is generous: on a loaded 2-core machine the
+ * simulator (in this process) can be late by tens of milliseconds.
+ */
+const TIMEOUT_MS = 1000;
 const QUIET_MS = TIMEOUT_MS / 2;
 const HOUR_MS = 3_600_000;
 
@@ -137,14 +141,17 @@ describe("two units on one RTU line", () => {
     const [r1, r2] = await Promise.all([run(c1!, "valve-1", 8), run(c2!, "valve-2", 1)]);
 
     for (const [unit, r] of [[1, r1], [2, r2]] as const) {
-      // Pipelined commands may overtake each other in flight: those that lost are STALE_SEQ, nothing else.
+      // Nothing is refused; a transaction the loaded machine let time out is OUTCOME_UNKNOWN.
       const refused = r.replies.filter((x) => !x.ok).map((x) => x.error.code);
-      expect(new Set(refused).size <= 1 && refused.every((code) => code === "STALE_SEQ"), JSON.stringify(refused.slice(0, 5))).toBe(true);
+      expect(refused.every((code) => code === "OUTCOME_UNKNOWN"), JSON.stringify(refused.slice(0, 5))).toBe(true);
+      // Each applied reply is a command the device acted on, with the value it holds (the
+      // device's seq counts the gateway's writes under the token: here the API seq).
       const ok = r.replies.filter((x) => x.ok);
       const applied = sim!.device(unit).applied.filter((e) => e.token === r.token);
-      // Each applied reply is one command the device acted on, with the value it holds.
-      expect(applied.length).toBe(ok.length);
-      expect(applied.map((e) => e.setpoints.position)).toEqual(ok.sort((a, b) => a.seq - b.seq).map((x) => x.applied.position));
+      expect(applied.length).toBeGreaterThanOrEqual(ok.length);
+      expect(applied.length).toBeLessThanOrEqual(r.replies.length);
+      const bySeq = new Map(applied.map((e) => [e.seq, e.setpoints.position]));
+      for (const x of ok) expect(bySeq.get(x.seq)).toBe(x.applied.position);
     }
     const n1 = sim!.device(1).applied.filter((e) => e.token === r1.token).length;
     const n2 = sim!.device(2).applied.filter((e) => e.token === r2.token).length;
@@ -160,17 +167,18 @@ describe("two units on one RTU line", () => {
     expect(sim!.device(2).targetPosition).toBe(20);
     const timeoutsBefore = await transactions("timeout");
 
-    // The read's poll is FC06 keep-alive (request 1), then FC03 of position/actual/status
-    // (request 2). Request 2 is answered LATE_MS after it arrived: past the timeout, inside
-    // the quiet window. Meanwhile the command to 60 queues behind it; from request 3 on the
-    // unit answers normally again, each in ANSWER_MS.
+    // On the line: 1 FC06 keep-alive and 2 FC03 of position/actual/status (the read's poll),
+    // 3 FC16 to 60 (the command, queued behind the read), 4 FC06 and 5 FC03 (the poll after
+    // the command). Request 2 is answered LATE_MS after it arrived: past the timeout (T),
+    // inside the quiet window (T..T+Q). Requests 3, 4 and 5 are answered in 20, 0 and 600 ms.
     //
-    // A master that sends the next request the moment it times out (t = 200) would see:
-    // FC16 (to 60) answered at ~230, FC06 keep-alive at ~265, FC03 sent at ~270 and answered
-    // at ~305; the late FC03 of request 2 (position 20) lands at ~280: in that window, and
-    // is taken for the answer. The state would say 20 while the device holds 60.
-    const LATE_MS = TIMEOUT_MS + 80;
-    const ANSWER_MS = 30;
+    // A master that sends the next request the moment it times out would have request 5
+    // outstanding from ~T+25 to ~T+625, plus the machine's lag (measured: 100-170 ms on a
+    // loaded 2-core machine), and the late answer to request 2 (position 20) lands at T+400:
+    // it is taken for the answer to request 5, and the state says 20 while the device holds 60.
+    const LATE_MS = TIMEOUT_MS + 400;
+    const ANSWER_MS: Record<number, number> = { 3: 20, 4: 0, 5: 600, 6: 0 };
+    expect(ANSWER_MS[5]).toBeLessThan(TIMEOUT_MS);
     expect(LATE_MS - TIMEOUT_MS).toBeLessThan(QUIET_MS);
     let first = -1;
     const sent: { command?: Promise<Json> } = {};
@@ -180,8 +188,8 @@ describe("two units on one RTU line", () => {
       if (k === 2) {
         sim!.setDelay(LATE_MS, 2);
         sent.command = c2!.command("valve-2", token, 1001, { position: 60 });
-      } else if (k === 3) {
-        sim!.setDelay(ANSWER_MS, 2);
+      } else if (ANSWER_MS[k] !== undefined) {
+        sim!.setDelay(ANSWER_MS[k]!, 2);
       }
     };
     const from = watcher!.messages.length;
@@ -190,12 +198,20 @@ describe("two units on one RTU line", () => {
       read = await c2!.read("valve-2");
       const applied = await until(() => sent.command, { what: "the command to be sent" });
       expect(applied).toMatchObject({ ok: true, outcome: "applied", applied: { position: 60 } });
+      // The poll after the command (requests 4 and 5) publishes what it read: the first
+      // state after the command's own (position 60, actual still 20) that differs from it.
+      const isConfirmation = (s: Record<string, any>) => s.points.position === 60 && s.points.actual === 20;
+      const confirmation = await watcher!.waitForJson("fencegate/valve-2/state", isConfirmation, { from, what: "the command's state" });
+      await watcher!.waitForJson("fencegate/valve-2/state", (s) => JSON.stringify(s.points) !== JSON.stringify(confirmation.points), {
+        from: watcher!.messages.findIndex((m, i) => i >= from && m.topic === "fencegate/valve-2/state" && isConfirmation(JSON.parse(m.payload))) + 1,
+        what: "the state the poll after the command read",
+      });
+      await quiesce();
     } finally {
       onRequest = null;
     }
     // The timed-out read answered with what the gateway knew before: the device at 20.
     expect(read).toMatchObject({ ok: true, state: { points: { position: 20 } } });
-    await quiesce();
     sim!.setDelay(0, 2);
     expect(sim!.device(2).targetPosition).toBe(60);
     // Exactly one transaction timed out: the delayed FC03; its answer came after that.
@@ -221,12 +237,12 @@ describe("two units on one RTU line", () => {
 
     // Reads of valve-2 then valve-1: on the line FC06(2), FC06(1), FC03(2), FC03(1), taken
     // in turn. Unit 1 answers in UNIT1_MS; unit 2's FC03 (the first unit-2 request after its
-    // keep-alive) in LATE_MS: it times out at ~350, the line is quiet until ~450, FC03(1)
-    // goes out then and is answered at ~600, and unit 2's late answer (position 75, same
-    // function code and length) lands at ~530, in the middle of it. Only the unit id tells
+    // keep-alive) in LATE_MS: sent once FC06(1) is answered (t = UNIT1_MS), it times out at
+    // t+T, the line is quiet until t+T+Q, FC03(1) goes out then and is answered UNIT1_MS later, and unit 2's late
+    // answer (position 75, same function code and length) lands 250 ms into that. Only the unit id tells
     // it apart; a master taking it would report 75 for valve-1 or fail the read.
-    const UNIT1_MS = 150;
-    const LATE_MS = TIMEOUT_MS + QUIET_MS + 80;
+    const UNIT1_MS = 600;
+    const LATE_MS = TIMEOUT_MS + QUIET_MS + 250;
     const keepAlives2 = sim!.device(2).keepAlives;
     sim!.setDelay(UNIT1_MS, 1);
     onRequest = () => {
