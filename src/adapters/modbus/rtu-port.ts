@@ -44,10 +44,59 @@ export function expectedResponseLength(request: Uint8Array): number | null {
   }
 }
 
+/** What the answer to one request must look like. */
+export interface Expectation {
+  readonly unit: number;
+  readonly fc: number;
+  /** Length of the normal response (null: unknown function code, only an exception is taken). */
+  readonly length: number | null;
+  /**
+   * Bytes 2.. of the normal response that are fixed by the request: the byte count of a
+   * read (FC01..04), the echoed address and value/quantity of a write (FC05/06/15/16).
+   * Two writes of one unit and function differ only there, so a late answer to the other
+   * one (same length, valid CRC) is not taken for this one's.
+   */
+  readonly fixed: Buffer;
+}
+
+/** The expectation for `request` (an RTU frame: unit, fc, data, CRC); null for a broadcast. */
+export function expectationFor(request: Uint8Array): Expectation | null {
+  const unit = request[0]!;
+  if (unit === 0) return null; // a broadcast gets no answer
+  const fc = request[1]!;
+  const length = expectedResponseLength(request);
+  let fixed = Buffer.alloc(0);
+  if (length !== null && (fc === 1 || fc === 2 || fc === 3 || fc === 4)) fixed = Buffer.from([length - 5]);
+  else if (length !== null && request.length >= 6) fixed = Buffer.from(request.subarray(2, 6));
+  return { unit, fc, length, fixed };
+}
+
+/**
+ * The answer to `expect` in `rx`, the bytes received since the request was written: the
+ * first frame, at any offset (line noise may precede it), that is addressed from the
+ * expected unit, carries the expected function (or its exception), has the expected length
+ * and fixed bytes, and a valid CRC. Null while there is none.
+ */
+export function takeResponse(rx: Uint8Array, expect: Expectation): Buffer | null {
+  const { unit, fc, length, fixed } = expect;
+  for (let i = 0; i + EXCEPTION_LENGTH <= rx.length; i++) {
+    if (rx[i] !== unit) continue;
+    const f = rx[i + 1];
+    const normal = f === fc;
+    const size = normal ? length : f === (fc | 0x80) ? EXCEPTION_LENGTH : null;
+    if (size === null || i + size > rx.length) continue;
+    const frame = rx.subarray(i, i + size);
+    if (normal && fixed.some((b, j) => frame[2 + j] !== b)) continue;
+    if (!hasValidCrc(frame)) continue;
+    return Buffer.from(frame);
+  }
+  return null;
+}
+
 export class RtuPort extends EventEmitter {
   private port: SerialPort | null = null;
   private rx = Buffer.alloc(0);
-  private expect: { unit: number; fc: number; length: number | null } | null = null;
+  private expect: Expectation | null = null;
   /** performance.now() of the last byte seen on the line. */
   lastByteAtMs = 0;
   // modbus-serial keeps its transaction counters on the port object.
@@ -98,9 +147,7 @@ export class RtuPort extends EventEmitter {
 
   write(data: Buffer): void {
     this.rx = Buffer.alloc(0);
-    const unit = data[0]!;
-    // A broadcast gets no answer; nothing is expected.
-    this.expect = unit === 0 ? null : { unit, fc: data[1]!, length: expectedResponseLength(data) };
+    this.expect = expectationFor(data);
     this.port?.write(data);
   }
 
@@ -110,23 +157,16 @@ export class RtuPort extends EventEmitter {
     this.expect = null;
   }
 
-  private onData(chunk: Buffer): void {
+  /** @internal The serial port's data handler (public so tests can feed it bytes). */
+  onData(chunk: Buffer): void {
     this.lastByteAtMs = performance.now();
     if (this.expect === null) return; // unsolicited or late: never an answer
     this.rx = Buffer.concat([this.rx, chunk]);
     if (this.rx.length > MAX_BUFFER_BYTES) this.rx = this.rx.subarray(this.rx.length - MAX_BUFFER_BYTES);
-    const { unit, fc, length } = this.expect;
-    for (let i = 0; i + EXCEPTION_LENGTH <= this.rx.length; i++) {
-      if (this.rx[i] !== unit) continue;
-      const f = this.rx[i + 1];
-      const size = f === fc ? length : f === (fc | 0x80) ? EXCEPTION_LENGTH : null;
-      if (size === null || i + size > this.rx.length) continue;
-      const frame = this.rx.subarray(i, i + size);
-      if (!hasValidCrc(frame)) continue;
-      this.expect = null;
-      this.rx = Buffer.alloc(0);
-      this.emit("data", Buffer.from(frame));
-      return;
-    }
+    const frame = takeResponse(this.rx, this.expect);
+    if (frame === null) return;
+    this.expect = null;
+    this.rx = Buffer.alloc(0);
+    this.emit("data", frame);
   }
 }
