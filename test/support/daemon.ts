@@ -57,10 +57,13 @@ export class DaemonProcess {
   private readonly waiters: { pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }[] = [];
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   stderr = "";
+  /** False once {@link stopCollecting} was called: stdout is still drained, no longer parsed. */
+  private collecting = true;
 
   private constructor(readonly child: ChildProcess) {
     let buffer = "";
     child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+      if (!this.collecting) return;
       buffer += chunk;
       let nl: number;
       while ((nl = buffer.indexOf("\n")) >= 0) {
@@ -86,11 +89,19 @@ export class DaemonProcess {
   }
 
   /** Writes `config` as YAML into `dir` and starts the daemon on it. */
-  static start(dir: string, config: Record<string, unknown>): DaemonProcess {
+  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[] } = {}): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     return new DaemonProcess(child);
+  }
+
+  /**
+   * Stops parsing and keeping log lines (a benchmark under load: parsing thousands of lines
+   * a second would take CPU from the processes being measured). The pipe is still drained.
+   */
+  stopCollecting(): void {
+    this.collecting = false;
   }
 
   /** Resolves with the first log line (past or future) that `pred` accepts. */

@@ -1,0 +1,1036 @@
+/**
+ * npm run bench: the whole gateway, for real, against the floors of the same machine.
+ *
+ * Everything is a real process or a real device path: Mosquitto (started here, with
+ * set_tcp_nodelay), the daemon as its own process (node bin/fencegate.mjs daemon, log level
+ * info, metrics on, as in production), the simulated actuator on a socat pty (Modbus RTU) or
+ * on TCP, controllers written with src/client. The simulators and controllers run in this
+ * process; the daemon and the broker in their own.
+ *
+ * Floors, measured in the same run, on the same broker, disk and pty:
+ *   mqtt    one MQTT v5 request/response through the broker to a bare echo responder (noDelay, QoS 1)
+ *   journal one durable SQLite journal commit of one record (openSqliteJournal)
+ *   modbus  one FC16 command block (7 registers) to the same simulated device, modbus-serial direct
+ *
+ * Workloads: latency, scale (scale-out), bus (shared RS-485 line), contention, footprint.
+ *
+ *   npm run bench                        # everything, 5 repeats
+ *   npm run bench -- --only latency,bus  # a subset
+ *   npm run bench -- --quick             # fewer repeats and shorter runs
+ *   npm run bench -- --profile           # also --cpu-prof the daemon (latency, scale 16) and summarise
+ *
+ * Results: a table on stdout, JSON in bench/results/gateway-<time>.json.
+ */
+import { spawnSync } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+import mqtt from "mqtt";
+import M from "modbus-serial";
+import { openSqliteJournal } from "../src/adapters/journal/sqlite.ts";
+import { DIST_MAIN, distIsFresh } from "../bin/dist.mjs";
+import { FencegateClient, FencegateError, LeaseLostError, type Lease } from "../src/client/index.ts";
+import { FENCED, encodeCommandBlock } from "../firmware-bridge/src/profile.ts";
+import { createPtyPair, type PtyPair } from "../firmware-bridge/src/pty.ts";
+import { transactionLimitMs } from "../firmware-bridge/src/rtu.ts";
+import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../test/support/daemon.ts";
+import { startMosquitto, type Broker } from "../test/support/mosquitto.ts";
+import { freePort } from "../test/support/ports.ts";
+import { Teardown, stopDaemon } from "../test/support/stack.ts";
+import { tcpNoDelay } from "../test/support/watch.ts";
+
+const ModbusRTU = M.default;
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+
+export const WORKLOADS = ["latency", "scale", "bus", "contention", "footprint"] as const;
+export type Workload = (typeof WORKLOADS)[number];
+
+export interface BenchOptions {
+  readonly only: readonly Workload[];
+  readonly quick: boolean;
+  /** Repeats of each measurement (medians across them are reported). */
+  readonly repeats: number;
+  /** Measured commands per latency repeat (after a warm-up). */
+  readonly latencyCommands: number;
+  /** Samples per floor per repeat. */
+  readonly floorSamples: number;
+  /** Measuring window of the throughput workloads, ms. */
+  readonly windowMs: number;
+  readonly scaleCounts: readonly number[];
+  readonly profile: boolean;
+  /** Print the table (and progress) on stdout. */
+  readonly print: boolean;
+  /** Write bench/results/gateway-<time>.json. */
+  readonly write: boolean;
+}
+
+export function defaultOptions(quick: boolean): BenchOptions {
+  return {
+    only: [...WORKLOADS],
+    quick,
+    repeats: quick ? 2 : 5,
+    latencyCommands: quick ? 500 : 3000,
+    floorSamples: quick ? 500 : 2000,
+    windowMs: quick ? 2000 : 5000,
+    scaleCounts: [1, 4, 16, 64],
+    profile: false,
+    print: true,
+    write: true,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Figures
+
+export interface Dist {
+  readonly n: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly p999: number;
+  readonly mean: number;
+  readonly max: number;
+}
+
+export function dist(samples: readonly number[]): Dist {
+  const s = [...samples].sort((a, b) => a - b);
+  const at = (q: number) => s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? Number.NaN;
+  const total = s.reduce((a, b) => a + b, 0);
+  return { n: s.length, p50: at(0.5), p99: at(0.99), p999: at(0.999), mean: total / s.length, max: s[s.length - 1] ?? Number.NaN };
+}
+
+/** Median and spread of one figure across repeats. */
+export interface Spread {
+  readonly median: number;
+  readonly min: number;
+  readonly max: number;
+  /** (max - min) / median: how noisy the repeats were. */
+  readonly spread: number;
+  readonly values: readonly number[];
+}
+
+export function spread(values: readonly number[]): Spread {
+  const s = [...values].sort((a, b) => a - b);
+  const mid = s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const min = s[0] ?? Number.NaN;
+  const max = s[s.length - 1] ?? Number.NaN;
+  return { median: mid, min, max, spread: (max - min) / mid, values };
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** The daemon's resident set (VmRSS) in MB, from /proc. */
+function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+/** CPU time (user + system) a process has used so far, ms. */
+function cpuMs(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const ticks = Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14, 15 of stat)
+  return (ticks * 1000) / 100; // USER_HZ is 100 on Linux
+}
+
+// ---------------------------------------------------------------------------------------
+// The world: broker, temp dir, daemons
+
+interface World {
+  readonly teardown: Teardown;
+  readonly dir: string;
+  readonly broker: Broker;
+  readonly profileDir: string | null;
+  readonly log: (line: string) => void;
+}
+
+interface Gateway {
+  readonly daemon: DaemonProcess;
+  readonly pid: number;
+  readonly startedAtMs: number;
+  stop(): Promise<void>;
+}
+
+async function startGateway(world: World, setup: { buses: Record<string, unknown>; actuators: { id: string }[]; profileName?: string; leases?: Record<string, unknown> }): Promise<Gateway> {
+  const dir = fs.mkdtempSync(path.join(world.dir, "gw-"));
+  const config = {
+    ...gatewayConfig({
+      brokerUrl: world.broker.url,
+      journalPath: path.join(dir, "journal.db"),
+      buses: setup.buses,
+      actuators: setup.actuators,
+      metricsPort: await freePort(),
+      ...(setup.leases ? { leases: setup.leases } : {}),
+    }),
+    logging: { level: "info" }, // the production default, not the tests' debug
+  };
+  // One directory per profile: every thread (tsx's loader runs in a worker) writes its own file.
+  const nodeArgs = world.profileDir && setup.profileName ? ["--cpu-prof", `--cpu-prof-dir=${path.join(world.profileDir, setup.profileName)}`] : [];
+  const startedAtMs = performance.now();
+  const daemon = DaemonProcess.start(dir, config, { nodeArgs });
+  try {
+    await daemon.ready(
+      setup.actuators.map((a) => a.id),
+      60_000,
+    );
+  } catch (err) {
+    await daemon.kill("SIGKILL");
+    throw err;
+  }
+  daemon.stopCollecting();
+  return {
+    daemon,
+    pid: daemon.child.pid!,
+    startedAtMs,
+    stop: async () => {
+      await stopDaemon(daemon, 10_000);
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+async function connectClient(world: World, holder: string): Promise<FencegateClient> {
+  return FencegateClient.connect({ url: world.broker.url, holder, requestTimeoutMs: 10_000 });
+}
+
+// ---------------------------------------------------------------------------------------
+// Floors
+
+/** Runs `once` 100 times to warm up, then `n` times, one after another; each one's ms. */
+async function timeEach(n: number, once: () => Promise<unknown>): Promise<number[]> {
+  for (let i = 0; i < 100; i++) await once();
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await once();
+    out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+async function floorMqtt(world: World, n: number): Promise<number[]> {
+  const id = randomUUID().slice(0, 8);
+  const responder = tcpNoDelay(await mqtt.connectAsync(world.broker.url, { protocolVersion: 5, clientId: `bench-echo-${id}`, reconnectPeriod: 0 }));
+  const requester = tcpNoDelay(await mqtt.connectAsync(world.broker.url, { protocolVersion: 5, clientId: `bench-req-${id}`, reconnectPeriod: 0 }));
+  const requestTopic = `bench/${id}/echo`;
+  const replyTopic = `bench/${id}/reply`;
+  responder.on("message", (_topic, payload, packet) => {
+    const responseTopic = packet.properties?.responseTopic;
+    if (!responseTopic) return;
+    responder.publish(responseTopic, payload, { qos: 1, properties: { correlationData: packet.properties!.correlationData! } });
+  });
+  await responder.subscribeAsync(requestTopic, { qos: 1 });
+  await requester.subscribeAsync(replyTopic, { qos: 1 });
+  let waiting: (() => void) | null = null;
+  requester.on("message", () => waiting?.());
+  // A payload the size of a command request.
+  const body = JSON.stringify({ id: randomUUID(), holder: "bench-ctl", token: 123, seq: 4567, set: { position: 42.5 } });
+  const once = () =>
+    new Promise<void>((resolve) => {
+      waiting = resolve;
+      requester.publish(requestTopic, body, { qos: 1, properties: { responseTopic: replyTopic, correlationData: Buffer.from(randomUUID()) } });
+    });
+  const out = await timeEach(n, once);
+  await Promise.all([responder.endAsync(true), requester.endAsync(true)]);
+  return out;
+}
+
+function floorJournal(world: World, n: number): number[] {
+  const dir = fs.mkdtempSync(path.join(world.dir, "floor-journal-"));
+  const journal = openSqliteJournal({ path: path.join(dir, "journal.db"), recentLimit: 32 });
+  journal.load();
+  journal.commit([{ actuator: "valve-1", record: { type: "granted", holder: "bench-ctl", token: 1 } }]);
+  let seq = 0;
+  const next = (i: number) =>
+    i % 2 === 0
+      ? { actuator: "valve-1", record: { type: "intent" as const, holder: "bench-ctl", token: 1, seq, set: { position: seq % 100 } } }
+      : { actuator: "valve-1", record: { type: "outcome" as const, token: 1, seq: seq++, outcome: { kind: "applied" as const, applied: { position: (seq - 1) % 100 } } } };
+  for (let i = 0; i < 100; i++) journal.commit([next(i)]);
+  const out: number[] = [];
+  for (let i = 100; i < 100 + n; i++) {
+    const entry = next(i);
+    const t0 = performance.now();
+    journal.commit([entry]);
+    out.push(performance.now() - t0);
+  }
+  journal.close();
+  fs.rmSync(dir, { recursive: true, force: true });
+  return out;
+}
+
+/** FC16 of the 7-register command block, modbus-serial master straight on the pty, to unit 1. */
+async function floorModbus(pty: PtyPair, sim: SimulatorHandle, n: number): Promise<number[]> {
+  const client = new ModbusRTU();
+  await client.connectRTUBuffered(pty.master, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
+  client.setID(1);
+  client.setTimeout(1000);
+  const token = sim.device(1).fence.token + 1; // above whatever the daemon granted before
+  let seq = 0;
+  const once = () => client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token, seq: seq++, setpoints: { position: seq % 100 } }));
+  const out = await timeEach(n, once);
+  await new Promise<void>((r) => client.close(() => r()));
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Workload: latency (one controller, one actuator on a pty, sequential commands)
+
+export interface LatencyRepeat {
+  readonly floors: { readonly mqtt: Dist; readonly journal: Dist; readonly modbus: Dist };
+  readonly endToEnd: Dist;
+  readonly floorSumP50: number;
+  readonly floorSumP99: number;
+  readonly ratioP50: number;
+  readonly ratioP99: number;
+  readonly daemonCpuMsPerCommand: number;
+  readonly commandsPerSecond: number;
+}
+
+export interface LatencyResult {
+  readonly repeats: readonly LatencyRepeat[];
+  readonly pollIntervalMs: number;
+  readonly floors: { readonly mqttP50: Spread; readonly mqttP99: Spread; readonly journalP50: Spread; readonly journalP99: Spread; readonly modbusP50: Spread; readonly modbusP99: Spread };
+  readonly p50: Spread;
+  readonly p99: Spread;
+  readonly p999: Spread;
+  readonly ratioP50: Spread;
+  readonly ratioP99: Spread;
+  readonly daemonCpuMsPerCommand: Spread;
+  readonly pooled: Dist;
+}
+
+const LATENCY_POLL_MS = 1000; // the product default
+
+async function latency(world: World, o: BenchOptions): Promise<LatencyResult> {
+  const pty = world.teardown.add(await createPtyPair({ dir: fs.mkdtempSync(path.join(world.dir, "pty-")) }), (p) => p.close());
+  const sim = world.teardown.add(await startSimulator({ serial: { path: pty.device, baud: 115200 }, rate: 0 }), (s) => s.close());
+  const repeats: LatencyRepeat[] = [];
+  const all: number[] = [];
+  for (let r = 0; r < o.repeats; r++) {
+    const floors = { mqtt: dist(await floorMqtt(world, o.floorSamples)), journal: dist(floorJournal(world, o.floorSamples)), modbus: dist(await floorModbus(pty, sim, o.floorSamples)) };
+    const gw = await startGateway(world, {
+      buses: { line: { type: "rtu", path: pty.master, baudRate: 115200, timeoutMs: 1000 } },
+      actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: LATENCY_POLL_MS })],
+      ...(r === 0 ? { profileName: "latency" } : {}),
+    });
+    const client = await connectClient(world, `bench-lat-${r}`);
+    const lease = await client.acquire("valve-1", { ttlMs: 30_000 });
+    for (let i = 0; i < Math.min(300, o.latencyCommands); i++) await lease.command({ position: i % 100 });
+    const samples: number[] = [];
+    const cpu0 = cpuMs(gw.pid);
+    const t0 = performance.now();
+    for (let i = 0; i < o.latencyCommands; i++) {
+      const s = performance.now();
+      await lease.command({ position: (i * 7) % 100 });
+      samples.push(performance.now() - s);
+    }
+    const elapsedMs = performance.now() - t0;
+    const cpu = cpuMs(gw.pid) - cpu0;
+    await lease.release();
+    await client.close();
+    await gw.stop();
+    const e2e = dist(samples);
+    all.push(...samples);
+    const floorSumP50 = floors.mqtt.p50 + floors.journal.p50 + floors.modbus.p50;
+    const floorSumP99 = floors.mqtt.p99 + floors.journal.p99 + floors.modbus.p99;
+    repeats.push({
+      floors,
+      endToEnd: e2e,
+      floorSumP50,
+      floorSumP99,
+      ratioP50: e2e.p50 / floorSumP50,
+      ratioP99: e2e.p99 / floorSumP99,
+      daemonCpuMsPerCommand: cpu / o.latencyCommands,
+      commandsPerSecond: (o.latencyCommands / elapsedMs) * 1000,
+    });
+    world.log(`  latency repeat ${r + 1}/${o.repeats}: p50 ${e2e.p50.toFixed(3)} ms (×${(e2e.p50 / floorSumP50).toFixed(2)} floors), p99 ${e2e.p99.toFixed(3)} ms (×${(e2e.p99 / floorSumP99).toFixed(2)})`);
+  }
+  const f = (pick: (r: LatencyRepeat) => number) => spread(repeats.map(pick));
+  return {
+    repeats,
+    pollIntervalMs: LATENCY_POLL_MS,
+    floors: {
+      mqttP50: f((r) => r.floors.mqtt.p50),
+      mqttP99: f((r) => r.floors.mqtt.p99),
+      journalP50: f((r) => r.floors.journal.p50),
+      journalP99: f((r) => r.floors.journal.p99),
+      modbusP50: f((r) => r.floors.modbus.p50),
+      modbusP99: f((r) => r.floors.modbus.p99),
+    },
+    p50: f((r) => r.endToEnd.p50),
+    p99: f((r) => r.endToEnd.p99),
+    p999: f((r) => r.endToEnd.p999),
+    ratioP50: f((r) => r.ratioP50),
+    ratioP99: f((r) => r.ratioP99),
+    daemonCpuMsPerCommand: f((r) => r.daemonCpuMsPerCommand),
+    pooled: dist(all),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Closed-loop load: one controller per actuator, each sending its next command on the reply
+
+interface LoadResult {
+  readonly commands: number;
+  readonly elapsedMs: number;
+  readonly perSecond: number;
+  readonly latency: Dist;
+  readonly daemonCpuPercent: number;
+  /** This process (controllers and simulators), % of one core. */
+  readonly benchCpuPercent: number;
+  /** The whole machine, % of all cores busy (other users' work included), and stolen by the hypervisor. */
+  readonly machineBusyPercent: number;
+  readonly machineStealPercent: number;
+  readonly rssMaxMb: number;
+}
+
+/** Machine-wide CPU counters from /proc/stat: busy and steal jiffies, and the total. */
+function machineCpu(): { busy: number; steal: number; total: number } {
+  const line = fs.readFileSync("/proc/stat", "utf8").split("\n", 1)[0]!;
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = line.trim().split(/\s+/).slice(1).map(Number) as number[];
+  const busy = user! + nice! + system! + irq! + softirq!;
+  return { busy, steal: steal!, total: busy + idle! + iowait! + steal! };
+}
+
+async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: number, warmupMs: number): Promise<LoadResult> {
+  let measuring = false;
+  let stop = false;
+  const samples: number[] = [];
+  const loops = leases.map(async (lease, k) => {
+    for (let i = 0; !stop; i++) {
+      const s = performance.now();
+      await lease.command({ position: (i * 7 + k) % 100 });
+      if (measuring && !stop) samples.push(performance.now() - s);
+    }
+  });
+  await sleep(warmupMs);
+  measuring = true;
+  const cpu0 = cpuMs(gw.pid);
+  const self0 = process.cpuUsage();
+  const machine0 = machineCpu();
+  const t0 = performance.now();
+  let rssMaxMb = rssMb(gw.pid);
+  while (performance.now() - t0 < windowMs) {
+    await sleep(Math.min(250, windowMs - (performance.now() - t0)));
+    rssMaxMb = Math.max(rssMaxMb, rssMb(gw.pid));
+  }
+  const elapsedMs = performance.now() - t0;
+  const cpu = cpuMs(gw.pid) - cpu0;
+  const self = process.cpuUsage(self0);
+  const machine1 = machineCpu();
+  stop = true;
+  const commands = samples.length;
+  await Promise.all(loops);
+  const jiffies = machine1.total - machine0.total;
+  return {
+    commands,
+    elapsedMs,
+    perSecond: (commands / elapsedMs) * 1000,
+    latency: dist(samples),
+    daemonCpuPercent: (cpu / elapsedMs) * 100,
+    benchCpuPercent: ((self.user + self.system) / 1000 / elapsedMs) * 100,
+    machineBusyPercent: ((machine1.busy - machine0.busy) / jiffies) * 100,
+    machineStealPercent: ((machine1.steal - machine0.steal) / jiffies) * 100,
+    rssMaxMb,
+  };
+}
+
+async function acquireAll(world: World, tag: string, actuators: readonly string[]): Promise<{ clients: FencegateClient[]; leases: Lease[] }> {
+  const clients = await Promise.all(actuators.map((a) => connectClient(world, `bench-${tag}-${a}`)));
+  const leases = await Promise.all(clients.map((c, i) => c.acquire(actuators[i]!, { ttlMs: 30_000 })));
+  return { clients, leases };
+}
+
+async function releaseAll(clients: readonly FencegateClient[], leases: readonly Lease[]): Promise<void> {
+  await Promise.all(leases.map((l) => l.release().catch(() => {})));
+  await Promise.all(clients.map((c) => c.close()));
+}
+
+async function tcpSims(world: World, n: number): Promise<SimulatorHandle[]> {
+  const sims: SimulatorHandle[] = [];
+  for (let i = 0; i < n; i++) sims.push(world.teardown.add(await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, rate: 0 }), (s) => s.close()));
+  return sims;
+}
+
+function tcpSetup(sims: readonly SimulatorHandle[], pollIntervalMs: number) {
+  const buses: Record<string, unknown> = {};
+  const actuators: { id: string }[] = [];
+  sims.forEach((s, i) => {
+    buses[`b${i}`] = { type: "tcp", host: s.tcp!.host, port: s.tcp!.port, timeoutMs: 1000 };
+    actuators.push(valve(`valve-${i}`, `b${i}`, 1, "fenced", { pollIntervalMs }));
+  });
+  return { buses, actuators };
+}
+
+// ---------------------------------------------------------------------------------------
+// Workload: scale-out (N actuators on N TCP links, one controller each, all at once)
+
+export interface ScalePoint {
+  readonly actuators: number;
+  readonly perSecond: Spread;
+  readonly p99: Spread;
+  readonly p50: Spread;
+  readonly daemonCpuPercent: Spread;
+  readonly benchCpuPercent: Spread;
+  readonly machineBusyPercent: Spread;
+  readonly rssMaxMb: Spread;
+  /** perSecond / (actuators × perSecond at 1 actuator). */
+  readonly growthVsLinear: number;
+}
+
+async function scale(world: World, o: BenchOptions): Promise<ScalePoint[]> {
+  const sims = await tcpSims(world, Math.max(...o.scaleCounts));
+  const points: ScalePoint[] = [];
+  const repeats = Math.max(1, Math.min(o.repeats, 3));
+  for (const n of o.scaleCounts) {
+    const runs: LoadResult[] = [];
+    for (let r = 0; r < repeats; r++) {
+      const gw = await startGateway(world, { ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS), ...(r === 0 && n === 16 ? { profileName: "scale-16" } : {}) });
+      const { clients, leases } = await acquireAll(world, `scale${n}-${r}`, sims.slice(0, n).map((_, i) => `valve-${i}`));
+      runs.push(await closedLoop(gw, leases, o.windowMs, 500));
+      await releaseAll(clients, leases);
+      await gw.stop();
+    }
+    const perSecond = spread(runs.map((x) => x.perSecond));
+    const base = points[0]?.perSecond.median ?? perSecond.median;
+    const baseN = points[0]?.actuators ?? n;
+    const point: ScalePoint = {
+      actuators: n,
+      perSecond,
+      p99: spread(runs.map((x) => x.latency.p99)),
+      p50: spread(runs.map((x) => x.latency.p50)),
+      daemonCpuPercent: spread(runs.map((x) => x.daemonCpuPercent)),
+      benchCpuPercent: spread(runs.map((x) => x.benchCpuPercent)),
+      machineBusyPercent: spread(runs.map((x) => x.machineBusyPercent)),
+      rssMaxMb: spread(runs.map((x) => x.rssMaxMb)),
+      growthVsLinear: perSecond.median / ((base / baseN) * n),
+    };
+    points.push(point);
+    world.log(
+      `  scale ${n}: ${perSecond.median.toFixed(0)} commands/s (×${point.growthVsLinear.toFixed(2)} of linear), p99 ${point.p99.median.toFixed(2)} ms, CPU % of a core: daemon ${point.daemonCpuPercent.median.toFixed(0)}, bench ${point.benchCpuPercent.median.toFixed(0)}; machine ${point.machineBusyPercent.median.toFixed(0)} % busy`,
+    );
+  }
+  return points;
+}
+
+// ---------------------------------------------------------------------------------------
+// Workload: shared bus (8 units on one emulated 115200-baud RS-485 line)
+
+export interface BusResult {
+  readonly units: number;
+  readonly baud: number;
+  readonly pollIntervalMs: number;
+  readonly commandLimitPerSecond: number;
+  readonly perSecond: Spread;
+  readonly fractionOfLimit: Spread;
+  /** Line time used by every transaction (commands, polls, keep-alives) / wall time. */
+  readonly lineOccupancy: Spread;
+  /** Polls, keep-alives and fence reads per second on the line. */
+  readonly otherTransactionsPerSecond: Spread;
+  readonly p99: Spread;
+}
+
+const BUS_UNITS = 8;
+const BUS_BAUD = 115200;
+/** Long, and said so: at 1 s the 8 units' polls (FC06 + FC03 each) would take ~10 % of the line. */
+const BUS_POLL_MS = 10_000;
+
+async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
+  const units = Array.from({ length: BUS_UNITS }, (_, i) => i + 1);
+  const pty = world.teardown.add(await createPtyPair({ dir: fs.mkdtempSync(path.join(world.dir, "pty-")) }), (p) => p.close());
+  const sim = world.teardown.add(await startSimulator({ serial: { path: pty.device, baud: BUS_BAUD }, units, lineRate: true, rate: 0 }), (s) => s.close());
+  const fc16Ms = transactionLimitMs(9 + 2 * FENCED.COMMAND_COUNT, 8, BUS_BAUD);
+  const fc06Ms = transactionLimitMs(8, 8, BUS_BAUD);
+  const readRegs = Math.max(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) - Math.min(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) + 1;
+  const fc03Ms = transactionLimitMs(8, 5 + 2 * readRegs, BUS_BAUD);
+  const limit = 1000 / fc16Ms;
+  const repeats = Math.max(1, Math.min(o.repeats, 3));
+  const runs: { perSecond: number; occupancy: number; other: number; p99: number }[] = [];
+  for (let r = 0; r < repeats; r++) {
+    const gw = await startGateway(world, {
+      buses: { rs485: { type: "rtu", path: pty.master, baudRate: BUS_BAUD, timeoutMs: 1000 } },
+      actuators: units.map((u) => valve(`unit-${u}`, "rs485", u, "fenced", { pollIntervalMs: BUS_POLL_MS })),
+      ...(r === 0 ? { profileName: "bus" } : {}),
+    });
+    const { clients, leases } = await acquireAll(world, `bus-${r}`, units.map((u) => `unit-${u}`));
+    const before = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
+    const load = await closedLoop(gw, leases, o.windowMs, 500);
+    // The counters cover warm-up and drain too: scale by their own span, not the window.
+    const after = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
+    await releaseAll(clients, leases);
+    await gw.stop();
+    const fc16 = after.units.reduce((a, d, i) => a + d.appliedCount - before.units[i]!.appliedCount + d.refusalCount - before.units[i]!.refusalCount, 0);
+    const keepAlives = after.units.reduce((a, d, i) => a + d.keepAlives - before.units[i]!.keepAlives, 0);
+    const requests = after.requests - before.requests;
+    const reads = Math.max(0, requests - fc16 - keepAlives);
+    const otherShare = (keepAlives * fc06Ms + reads * fc03Ms) / (fc16 * fc16Ms + keepAlives * fc06Ms + reads * fc03Ms);
+    const occupancy = (load.perSecond * fc16Ms) / 1000 / (1 - otherShare);
+    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99 });
+    world.log(`  bus repeat ${r + 1}/${repeats}: ${load.perSecond.toFixed(1)} commands/s = ${((load.perSecond / limit) * 100).toFixed(1)} % of ${limit.toFixed(1)}/s; line occupancy ${(occupancy * 100).toFixed(1)} %`);
+  }
+  const perSecond = spread(runs.map((x) => x.perSecond));
+  return {
+    units: BUS_UNITS,
+    baud: BUS_BAUD,
+    pollIntervalMs: BUS_POLL_MS,
+    commandLimitPerSecond: limit,
+    perSecond,
+    fractionOfLimit: spread(runs.map((x) => x.perSecond / limit)),
+    lineOccupancy: spread(runs.map((x) => x.occupancy)),
+    otherTransactionsPerSecond: spread(runs.map((x) => x.other)),
+    p99: spread(runs.map((x) => x.p99)),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Workload: contention (4 controllers, one actuator, short TTLs, no renewals)
+
+export interface ContentionRepeat {
+  readonly grants: number;
+  readonly acquireRefusals: Record<string, number>;
+  readonly commandRefusals: Record<string, number>;
+  /** Commands not sent because the client saw a newer token on the state topic first. */
+  readonly stoppedByClient: number;
+  readonly applied: number;
+  readonly appliedPerSecond: number;
+  readonly device: { readonly applied: number; readonly refused: number; readonly fc16: number };
+  /** Every gateway refusal cost no device transaction: device refusals 0, device applied = client applied. */
+  readonly refusalsFree: boolean;
+}
+
+export interface ContentionResult {
+  readonly controllers: number;
+  readonly ttlMs: number;
+  readonly repeats: readonly ContentionRepeat[];
+  readonly appliedPerSecond: Spread;
+  readonly grantsPerSecond: Spread;
+  readonly refusalsPerSecond: Spread;
+}
+
+const CONTENDERS = 4;
+const CONTENTION_TTL_MS = 200;
+
+async function contention(world: World, o: BenchOptions): Promise<ContentionResult> {
+  const pty = world.teardown.add(await createPtyPair({ dir: fs.mkdtempSync(path.join(world.dir, "pty-")) }), (p) => p.close());
+  const sim = world.teardown.add(await startSimulator({ serial: { path: pty.device, baud: 115200 }, rate: 0 }), (s) => s.close());
+  const repeats = Math.max(1, Math.min(o.repeats, 3));
+  const runs: ContentionRepeat[] = [];
+  const count = (m: Record<string, number>, k: string) => (m[k] = (m[k] ?? 0) + 1);
+  for (let r = 0; r < repeats; r++) {
+    const gw = await startGateway(world, {
+      buses: { line: { type: "rtu", path: pty.master, baudRate: 115200, timeoutMs: 1000 } },
+      actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: LATENCY_POLL_MS })],
+    });
+    const clients = await Promise.all(Array.from({ length: CONTENDERS }, (_, i) => connectClient(world, `bench-fight-${r}-${i}`)));
+    const before = sim.device(1);
+    const tally = { grants: 0, acquireRefusals: {} as Record<string, number>, commandRefusals: {} as Record<string, number>, stoppedByClient: 0, applied: 0 };
+    let stop = false;
+    const t0 = performance.now();
+    const fighters = clients.map(async (client, k) => {
+      while (!stop) {
+        let lease: Lease;
+        try {
+          lease = await client.acquire("valve-1", { ttlMs: CONTENTION_TTL_MS, renewEveryMs: 1_000_000_000 });
+          tally.grants++;
+        } catch (err) {
+          if (!(err instanceof FencegateError)) throw err;
+          count(tally.acquireRefusals, err.code);
+          // Come back when the holder's lease runs out (all of us at once: that is the fight).
+          await sleep(Math.min(50, err.lease?.expiresInMs ?? 5) + Math.random() * 2);
+          continue;
+        }
+        for (let i = 0; !stop; i++) {
+          try {
+            await lease.command({ position: (i * 13 + k) % 100 });
+            tally.applied++;
+          } catch (err) {
+            if (err instanceof FencegateError) count(tally.commandRefusals, err.code);
+            else if (err instanceof LeaseLostError) tally.stoppedByClient++;
+            else throw err;
+            break;
+          }
+        }
+        await lease.release().catch(() => {});
+      }
+    });
+    await sleep(o.windowMs);
+    stop = true;
+    await Promise.all(fighters);
+    const elapsedMs = performance.now() - t0;
+    await Promise.all(clients.map((c) => c.close()));
+    await gw.stop();
+    const after = sim.device(1);
+    const device = { applied: after.appliedCount - before.appliedCount, refused: after.refusalCount - before.refusalCount, fc16: 0 };
+    device.fc16 = device.applied + device.refused;
+    const run: ContentionRepeat = {
+      ...tally,
+      appliedPerSecond: (tally.applied / elapsedMs) * 1000,
+      device,
+      refusalsFree: device.refused === 0 && device.applied === tally.applied,
+    };
+    runs.push(run);
+    const refusals = Object.values(tally.commandRefusals).reduce((a, b) => a + b, 0);
+    world.log(`  contention repeat ${r + 1}/${repeats}: ${tally.grants} grants, ${refusals} command refusals, ${run.appliedPerSecond.toFixed(0)} applied/s; device applied ${device.applied} refused ${device.refused}`);
+  }
+  const secs = o.windowMs / 1000;
+  return {
+    controllers: CONTENDERS,
+    ttlMs: CONTENTION_TTL_MS,
+    repeats: runs,
+    appliedPerSecond: spread(runs.map((x) => x.appliedPerSecond)),
+    grantsPerSecond: spread(runs.map((x) => x.grants / secs)),
+    refusalsPerSecond: spread(runs.map((x) => Object.values(x.commandRefusals).reduce((a, b) => a + b, 0) / secs)),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// Workload: footprint (RSS idle and under load, startup to the first accepted command)
+
+export interface FootprintRun {
+  readonly idleRssMb: Spread;
+  readonly idleRss64Mb: Spread;
+  readonly loadRss64Mb: Spread;
+  readonly startupMs: Spread;
+  /** Spawn to the daemon's "MQTT connected" log line. */
+  readonly startupToMqttMs: Spread;
+}
+
+export interface FootprintResult {
+  /** What bin/fencegate.mjs runs by default here: the compiled build when fresh, else tsx. */
+  readonly runtime: "dist" | "tsx";
+  readonly byRuntime: Partial<Record<"dist" | "tsx", FootprintRun>>;
+}
+
+async function startupOnce(world: World, sim: SimulatorHandle, r: number): Promise<{ firstCommandMs: number; mqttMs: number }> {
+  const client = await connectClient(world, `bench-start-${r}-${randomUUID().slice(0, 4)}`);
+  const dir = fs.mkdtempSync(path.join(world.dir, "start-"));
+  const config = {
+    ...gatewayConfig({ brokerUrl: world.broker.url, journalPath: path.join(dir, "journal.db"), ...tcpSetup([sim], LATENCY_POLL_MS), metricsPort: await freePort() }),
+    logging: { level: "info" },
+  };
+  const wallStart = Date.now();
+  const t0 = performance.now();
+  const daemon = DaemonProcess.start(dir, config);
+  let token = 0;
+  for (;;) {
+    try {
+      const reply = await client.request("valve-0", "lease/acquire", { holder: client.holder, ttlMs: 5000 }, { timeoutMs: 100 });
+      token = (reply.lease as { token: number }).token;
+      break;
+    } catch {
+      await sleep(2);
+    }
+    if (performance.now() - t0 > 30_000) throw new Error("the daemon did not grant a lease within 30 s");
+  }
+  await client.request("valve-0", "command", { holder: client.holder, token, seq: 0, set: { position: 10 } });
+  const firstCommandMs = performance.now() - t0;
+  const connected = await daemon.waitForLog((l) => l.msg === "MQTT connected");
+  await client.close();
+  await stopDaemon(daemon);
+  fs.rmSync(dir, { recursive: true, force: true });
+  return { firstCommandMs, mqttMs: Number(connected["time"]) - wallStart };
+}
+
+async function footprintOf(world: World, o: BenchOptions, sims: readonly SimulatorHandle[], runtime: "dist" | "tsx"): Promise<FootprintRun> {
+  // Both ways on purpose, whatever the sources' mtimes say meanwhile (others edit them).
+  process.env["FENCEGATE_RUNTIME"] = runtime;
+  try {
+    const startup: { firstCommandMs: number; mqttMs: number }[] = [];
+    for (let r = 0; r < o.repeats; r++) startup.push(await startupOnce(world, sims[0]!, r));
+    world.log(`  ${runtime}: startup to first applied command: ${spread(startup.map((s) => s.firstCommandMs)).median.toFixed(0)} ms`);
+    const idle: number[] = [];
+    const idle64: number[] = [];
+    const load64: number[] = [];
+    const repeats = Math.max(1, Math.min(o.repeats, 3));
+    for (let r = 0; r < repeats; r++) {
+      const one = await startGateway(world, tcpSetup(sims.slice(0, 1), LATENCY_POLL_MS));
+      await sleep(3000);
+      idle.push(rssMb(one.pid));
+      await one.stop();
+      const gw = await startGateway(world, tcpSetup(sims, LATENCY_POLL_MS));
+      await sleep(3000);
+      idle64.push(rssMb(gw.pid));
+      const { clients, leases } = await acquireAll(world, `foot-${runtime}-${r}`, sims.map((_, i) => `valve-${i}`));
+      const load = await closedLoop(gw, leases, o.windowMs, 500);
+      load64.push(load.rssMaxMb);
+      await releaseAll(clients, leases);
+      await gw.stop();
+      world.log(`  ${runtime}: footprint repeat ${r + 1}/${repeats}: idle ${idle.at(-1)!.toFixed(1)} MB, 64 idle ${idle64.at(-1)!.toFixed(1)} MB, 64 under load ${load64.at(-1)!.toFixed(1)} MB`);
+    }
+    return {
+      idleRssMb: spread(idle),
+      idleRss64Mb: spread(idle64),
+      loadRss64Mb: spread(load64),
+      startupMs: spread(startup.map((s) => s.firstCommandMs)),
+      startupToMqttMs: spread(startup.map((s) => s.mqttMs)),
+    };
+  } finally {
+    delete process.env["FENCEGATE_RUNTIME"];
+  }
+}
+
+async function footprint(world: World, o: BenchOptions): Promise<FootprintResult> {
+  const sims = await tcpSims(world, 64);
+  if (!distIsFresh()) {
+    // A production install runs the compiled build: measure that, and tsx beside it.
+    world.log("  dist/ is missing or older than the sources: npm run build");
+    const built = spawnSync("npm", ["run", "build"], { cwd: repo, encoding: "utf8" });
+    if (built.status !== 0) world.log(`  npm run build failed (${built.status}); measuring tsx only\n${built.stdout}${built.stderr}`);
+  }
+  const runtime = fs.existsSync(DIST_MAIN) ? "dist" : "tsx";
+  const byRuntime: Partial<Record<"dist" | "tsx", FootprintRun>> = {};
+  // The default first; the sources through tsx as well, for comparison, when a build exists.
+  byRuntime[runtime] = await footprintOf(world, o, sims, runtime);
+  if (runtime === "dist") byRuntime.tsx = await footprintOf(world, o, sims, "tsx");
+  return { runtime, byRuntime };
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU profile summary
+
+export interface ProfileSummary {
+  readonly file: string;
+  readonly totalMs: number;
+  readonly byArea: { area: string; ms: number; share: number }[];
+  readonly topFunctions: { fn: string; ms: number; share: number }[];
+}
+
+interface CpuNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
+
+function areaOf(url: string, fn: string): string {
+  if (url === "") return fn.startsWith("(") ? fn : "(native)";
+  const nm = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (nm) return nm[1]!;
+  if (url.startsWith("node:")) return `node:${url.slice(5).split("/")[0]}`;
+  const local = /\/(src|firmware-bridge|dist)\/(.*)$/.exec(url);
+  if (local) return `${local[1]}/${local[2]!.replace(/\?.*$/, "")}`;
+  return url;
+}
+
+export function summariseProfile(file: string): ProfileSummary {
+  const profile = JSON.parse(fs.readFileSync(file, "utf8")) as { nodes: CpuNode[]; samples: number[]; timeDeltas: number[] };
+  const msById = new Map<number, number>();
+  profile.samples.forEach((id, i) => msById.set(id, (msById.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000));
+  const byArea = new Map<string, number>();
+  const byFn = new Map<string, number>();
+  let total = 0;
+  for (const node of profile.nodes) {
+    const ms = msById.get(node.id) ?? 0;
+    if (ms === 0) continue;
+    const { functionName, url, lineNumber } = node.callFrame;
+    if (functionName === "(idle)") continue;
+    total += ms;
+    const area = areaOf(url, functionName);
+    byArea.set(area, (byArea.get(area) ?? 0) + ms);
+    const key = `${functionName || "(anonymous)"} ${area}:${lineNumber + 1}`;
+    byFn.set(key, (byFn.get(key) ?? 0) + ms);
+  }
+  const top = (m: Map<string, number>, n: number) =>
+    [...m]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, n)
+      .map(([k, ms]) => ({ k, ms, share: ms / total }));
+  return {
+    file,
+    totalMs: total,
+    byArea: top(byArea, 15).map(({ k, ms, share }) => ({ area: k, ms, share })),
+    topFunctions: top(byFn, 20).map(({ k, ms, share }) => ({ fn: k, ms, share })),
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// The run
+
+export interface BenchResult {
+  readonly at: string;
+  readonly machine: { cpus: number; cpuModel: string; node: string; loadavgBefore: number[]; loadavgAfter: number[]; totalMemMb: number };
+  readonly options: BenchOptions;
+  latency?: LatencyResult;
+  scale?: ScalePoint[];
+  bus?: BusResult;
+  contention?: ContentionResult;
+  footprint?: FootprintResult;
+  profiles?: ProfileSummary[];
+  readonly targets: { name: string; value: string; target: string; met: boolean }[];
+}
+
+export async function runBench(o: BenchOptions): Promise<BenchResult> {
+  const print = (line: string) => o.print && console.log(line);
+  const tmpRoot = path.join(repo, "tmp");
+  fs.mkdirSync(tmpRoot, { recursive: true });
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+  const teardown = new Teardown();
+  const dir = teardown.add(fs.mkdtempSync(path.join(tmpRoot, `bench-gw-${stamp}-`)), (d) => fs.rmSync(d, { recursive: true, force: true }));
+  const profileDir = o.profile ? path.join(tmpRoot, `profile-${stamp}`) : null; // kept after the run
+  if (profileDir) fs.mkdirSync(profileDir, { recursive: true });
+  const result: BenchResult = {
+    at: new Date().toISOString(),
+    machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model ?? "?", node: process.version, loadavgBefore: os.loadavg(), loadavgAfter: [], totalMemMb: Math.round(os.totalmem() / 2 ** 20), },
+    options: o,
+    targets: [],
+  };
+  print(`fencegate bench — ${result.machine.cpus} × ${result.machine.cpuModel}, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+  print(`workloads: ${o.only.join(", ")}; ${o.repeats} repeats${o.quick ? " (quick)" : ""}; files in ${path.relative(repo, dir)}`);
+  try {
+    const broker = teardown.add(await startMosquitto(), (b) => b.stop());
+    const world: World = { teardown, dir, broker, profileDir, log: print };
+    for (const w of o.only) {
+      print(`\n${w}:`);
+      if (w === "latency") result.latency = await latency(world, o);
+      if (w === "scale") result.scale = await scale(world, o);
+      if (w === "bus") result.bus = await sharedBus(world, o);
+      if (w === "contention") result.contention = await contention(world, o);
+      if (w === "footprint") result.footprint = await footprint(world, o);
+    }
+  } finally {
+    await teardown.run();
+  }
+  if (profileDir) {
+    // Per profiled daemon, the busiest thread's profile (the main thread, not the loader's worker).
+    result.profiles = fs.readdirSync(profileDir).flatMap((name) => {
+      const sub = path.join(profileDir, name);
+      const files = fs.readdirSync(sub).filter((f) => f.endsWith(".cpuprofile")).map((f) => summariseProfile(path.join(sub, f)));
+      return files.sort((a, b) => b.totalMs - a.totalMs).slice(0, 1);
+    });
+  }
+  result.machine.loadavgAfter.push(...os.loadavg());
+  judge(result);
+  if (o.print) report(result);
+  if (o.write) {
+    const out = path.join(repo, "bench", "results", `gateway-${stamp}.json`);
+    fs.mkdirSync(path.dirname(out), { recursive: true });
+    fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+    print(`\nwrote ${path.relative(repo, out)}`);
+  }
+  return result;
+}
+
+function judge(r: BenchResult): void {
+  const t = r.targets;
+  const pct = (x: number) => `${(x * 100).toFixed(1)} %`;
+  if (r.latency) {
+    t.push({ name: "latency p50 / floors' p50 sum", value: `×${r.latency.ratioP50.median.toFixed(2)}`, target: "≤ ×1.3", met: r.latency.ratioP50.median <= 1.3 });
+    t.push({ name: "latency p99 / floors' p99 sum", value: `×${r.latency.ratioP99.median.toFixed(2)}`, target: "≤ ×3", met: r.latency.ratioP99.median <= 3 });
+  }
+  if (r.bus) t.push({ name: "shared bus commands / line limit", value: pct(r.bus.fractionOfLimit.median), target: "≥ 90 %", met: r.bus.fractionOfLimit.median >= 0.9 });
+  if (r.scale) {
+    for (const p of r.scale.filter((p) => p.actuators > 1 && p.actuators <= 16)) {
+      t.push({ name: `scale-out ${p.actuators} actuators vs linear`, value: `×${p.growthVsLinear.toFixed(2)}`, target: "≥ ×0.7", met: p.growthVsLinear >= 0.7 });
+    }
+  }
+  if (r.contention) {
+    const free = r.contention.repeats.every((x) => x.refusalsFree);
+    t.push({ name: "contention: refusals cost no device transaction", value: free ? "yes" : "NO", target: "yes", met: free });
+  }
+  if (r.footprint) {
+    const f = r.footprint.byRuntime[r.footprint.runtime]!;
+    const rt = `(${r.footprint.runtime})`;
+    t.push({ name: `idle RSS, 1 actuator ${rt}`, value: `${f.idleRssMb.median.toFixed(1)} MB`, target: "≤ 80 MB", met: f.idleRssMb.median <= 80 });
+    t.push({ name: `RSS, 64 actuators under load ${rt}`, value: `${f.loadRss64Mb.median.toFixed(1)} MB`, target: "≤ 120 MB", met: f.loadRss64Mb.median <= 120 });
+    t.push({ name: `startup to first applied command ${rt}`, value: `${f.startupMs.median.toFixed(0)} ms`, target: "≤ 1500 ms", met: f.startupMs.median <= 1500 });
+  }
+}
+
+function report(r: BenchResult): void {
+  const ms = (x: number) => x.toFixed(3).padStart(8);
+  const sp = (s: Spread, d = 3) => `${s.median.toFixed(d)} [${s.min.toFixed(d)}–${s.max.toFixed(d)}, spread ${(s.spread * 100).toFixed(0)} %]`;
+  console.log(`\n=== results (median of repeats [min–max, (max-min)/median]) ===`);
+  console.log(`machine: ${r.machine.cpus} cores (${r.machine.cpuModel}), node ${r.machine.node}, load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}`);
+  if (r.latency) {
+    const L = r.latency;
+    console.log(`\nfloors (ms)                       p50 (median of repeats)          p99`);
+    console.log(`  (1) MQTT req/resp, bare echo    ${sp(L.floors.mqttP50)}   ${sp(L.floors.mqttP99)}`);
+    console.log(`  (2) journal commit, 1 record    ${sp(L.floors.journalP50)}   ${sp(L.floors.journalP99)}`);
+    console.log(`  (3) Modbus FC16 7 regs, pty     ${sp(L.floors.modbusP50)}   ${sp(L.floors.modbusP99)}`);
+    const sum50 = L.floors.mqttP50.median + L.floors.journalP50.median + L.floors.modbusP50.median;
+    const sum99 = L.floors.mqttP99.median + L.floors.journalP99.median + L.floors.modbusP99.median;
+    console.log(`  sum                             ${ms(sum50)}   ${ms(sum99)}`);
+    console.log(`\nlatency: 1 controller, 1 actuator on a pty, sequential, ${r.options.latencyCommands} commands × ${L.repeats.length} repeats, poll every ${L.pollIntervalMs} ms`);
+    console.log(`  end-to-end p50   ${sp(L.p50)} ms   ratio to floors' p50 sum ×${sp(L.ratioP50, 2)}`);
+    console.log(`  end-to-end p99   ${sp(L.p99)} ms   ratio to floors' p99 sum ×${sp(L.ratioP99, 2)}`);
+    console.log(`  end-to-end p99.9 ${sp(L.p999)} ms`);
+    console.log(`  pooled (n=${L.pooled.n}): p50 ${L.pooled.p50.toFixed(3)}, p99 ${L.pooled.p99.toFixed(3)}, p99.9 ${L.pooled.p999.toFixed(3)}, max ${L.pooled.max.toFixed(3)} ms`);
+    console.log(`  daemon CPU per command ${sp(L.daemonCpuMsPerCommand)} ms`);
+  }
+  if (r.scale) {
+    console.log(`\nscale-out: N actuators on N Modbus TCP links, one controller each, closed loop, ${r.options.windowMs} ms windows`);
+    console.log(`  ${"N".padStart(3)}  ${"commands/s".padEnd(36)} ${"vs linear".padEnd(10)} ${"p50 ms".padEnd(8)} ${"p99 ms".padEnd(36)} CPU %: daemon bench machine  RSS max MB`);
+    for (const p of r.scale) {
+      const cpu = `${p.daemonCpuPercent.median.toFixed(0).padStart(6)} ${p.benchCpuPercent.median.toFixed(0).padStart(5)} ${p.machineBusyPercent.median.toFixed(0).padStart(7)}`;
+      console.log(`  ${String(p.actuators).padStart(3)}  ${sp(p.perSecond, 0).padEnd(36)} ${`×${p.growthVsLinear.toFixed(2)}`.padEnd(10)} ${p.p50.median.toFixed(2).padEnd(8)} ${sp(p.p99, 2).padEnd(36)} ${cpu}        ${p.rssMaxMb.median.toFixed(1)}`);
+    }
+    console.log(`  (CPU: daemon and bench in % of one core; machine in % of all ${r.machine.cpus} cores, everyone's work included)`);
+  }
+  if (r.bus) {
+    const B = r.bus;
+    console.log(`\nshared bus: ${B.units} units on one pty line, line-rate emulated at ${B.baud} baud, polls every ${B.pollIntervalMs} ms`);
+    console.log(`  line limit for FC16 7 regs (23 + 8 bytes, 2 × t3.5): ${B.commandLimitPerSecond.toFixed(1)} commands/s`);
+    console.log(`  commands/s       ${sp(B.perSecond, 1)}`);
+    console.log(`  of line limit    ${sp(B.fractionOfLimit, 3)}`);
+    console.log(`  line occupancy   ${sp(B.lineOccupancy, 3)} (commands + polls + keep-alives, by frame size)`);
+    console.log(`  other transactions/s (polls, keep-alives) ${sp(B.otherTransactionsPerSecond, 1)}; command p99 ${sp(B.p99, 1)} ms`);
+  }
+  if (r.contention) {
+    const C = r.contention;
+    console.log(`\ncontention: ${C.controllers} controllers, 1 actuator, TTL ${C.ttlMs} ms, no renewals`);
+    for (const [i, x] of C.repeats.entries()) {
+      console.log(`  repeat ${i + 1}: grants ${x.grants}, acquire refusals ${JSON.stringify(x.acquireRefusals)}, command refusals ${JSON.stringify(x.commandRefusals)}, stopped by client ${x.stoppedByClient}`);
+      console.log(`            applied ${x.applied} (${x.appliedPerSecond.toFixed(0)}/s); device: applied ${x.device.applied}, refused ${x.device.refused} → refusals cost no device transaction: ${x.refusalsFree ? "yes" : "NO"}`);
+    }
+    console.log(`  applied/s ${sp(C.appliedPerSecond, 0)}; grants/s ${sp(C.grantsPerSecond, 1)}; refusals/s ${sp(C.refusalsPerSecond, 1)}`);
+  }
+  if (r.footprint) {
+    console.log(`\nfootprint (bin/fencegate.mjs runs ${r.footprint.runtime} here)`);
+    for (const [runtime, F] of Object.entries(r.footprint.byRuntime)) {
+      console.log(`  ${runtime}: RSS idle, 1 actuator             ${sp(F.idleRssMb, 1)} MB`);
+      console.log(`  ${runtime}: RSS idle, 64 actuators           ${sp(F.idleRss64Mb, 1)} MB`);
+      console.log(`  ${runtime}: RSS max, 64 under load           ${sp(F.loadRss64Mb, 1)} MB`);
+      console.log(`  ${runtime}: startup → MQTT connected         ${sp(F.startupToMqttMs, 0)} ms`);
+      console.log(`  ${runtime}: startup → first applied command  ${sp(F.startupMs, 0)} ms`);
+    }
+  }
+  for (const p of r.profiles ?? []) {
+    console.log(`\nCPU profile ${path.relative(repo, p.file)}: ${p.totalMs.toFixed(0)} ms busy`);
+    console.log(`  by area:   ${p.byArea.slice(0, 10).map((a) => `${a.area} ${(a.share * 100).toFixed(1)}%`).join(", ")}`);
+    for (const f of p.topFunctions.slice(0, 12)) console.log(`    ${(f.share * 100).toFixed(1).padStart(5)} %  ${f.fn}`);
+  }
+  console.log(`\ntargets:`);
+  for (const t of r.targets) console.log(`  ${t.met ? "met    " : "NOT met"}  ${t.name.padEnd(48)} ${t.value.padEnd(12)} (${t.target})`);
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      only: { type: "string" },
+      quick: { type: "boolean", default: false },
+      repeats: { type: "string" },
+      profile: { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+  if (values.help) {
+    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile]`);
+    return;
+  }
+  const base = defaultOptions(values.quick);
+  const only = values.only ? values.only.split(",").map((s) => s.trim()) : [...WORKLOADS];
+  for (const w of only) if (!(WORKLOADS as readonly string[]).includes(w)) throw new Error(`--only: unknown workload "${w}" (${WORKLOADS.join(", ")})`);
+  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  main().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}
