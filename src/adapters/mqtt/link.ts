@@ -124,19 +124,24 @@ export class MqttLink implements Outbox {
       client.on("connect", () => {
         this.reconnectMs = mqtt.reconnect.minMs;
         client.options.reconnectPeriod = this.reconnectMs;
-        log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion }, "MQTT connected");
-        client.publish(statusTopic, gatewayStatusPayload(true), { qos: 1, retain: true });
         // Retain As Published (v5): otherwise the broker clears the retain flag on live
         // delivery and a retained request would pass as a fresh one. MQTT 3.1.1 has no such
         // option: there a retained request is caught only when (re)subscribing.
         client.subscribe([...requestSubscriptions(this.base)], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
-          if (err) log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
+          if (err) {
+            log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
+            return;
+          }
+          // Only once the broker has the subscription does a request reach us: `online` (and
+          // the log line operators and tests wait for) must not promise more than that.
+          log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion }, "MQTT connected");
+          client.publish(statusTopic, gatewayStatusPayload(true), { qos: 1, retain: true });
+          for (const id of sink.actuatorIds()) {
+            const view = sink.view(id);
+            if (view) this.state(view);
+          }
+          resolve();
         });
-        for (const id of sink.actuatorIds()) {
-          const view = sink.view(id);
-          if (view) this.state(view);
-        }
-        resolve();
       });
     });
   }
