@@ -63,6 +63,19 @@ export interface GatewayCounters {
   readonly transactions: number;
 }
 
+/**
+ * After applied writes, the device is read back once commands to it have paused this long
+ * (or after the poll interval, if shorter), not after every command: see {@link ActuatorRuntime.readBackSoon}.
+ */
+export const READ_BACK_SETTLE_MS = 100;
+
+/**
+ * The two events of every successful command, logged at debug; every other decision
+ * (grants, expiries, refusals by the device, unknown outcomes) at info. At info they were
+ * two stdout writes per command, each one a syscall on the daemon's only thread.
+ */
+const ROUTINE_EVENTS: ReadonlySet<string> = new Set(["accepted", "applied"]);
+
 class ActuatorRuntime {
   state: ActuatorState;
   points: PointValues = {};
@@ -71,6 +84,9 @@ class ActuatorRuntime {
   private cancelWake: (() => void) | null = null;
   private cancelPoll: (() => void) | null = null;
   private polling: Promise<boolean> | null = null;
+  /** When the pending read-back is due, and its timer (armed at most once at a time). */
+  private readBackAtMs = 0;
+  private cancelReadBack: (() => void) | null = null;
   private lastPublished = "";
   closed = false;
 
@@ -149,7 +165,7 @@ class ActuatorRuntime {
         this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
         if (outcome.kind === "applied") {
           this.points = { ...this.points, ...outcome.applied };
-          void this.poll();
+          this.readBackSoon();
         }
       })
       .catch((err: unknown) => this.gw.fatal(err));
@@ -192,6 +208,27 @@ class ActuatorRuntime {
         this.polling = null;
       });
     return this.polling;
+  }
+
+  /**
+   * Reads the device back once writes to it have paused for READ_BACK_SETTLE_MS. A read-back
+   * after every command (FC06 keep-alive + FC03, or a share of a poll in progress) put about
+   * one more transaction on the bus per command (bench: 36 others/s beside 36 commands/s on
+   * a shared line) and queued the next command behind it. The applied setpoints are in the
+   * published state at once; the regular poll keeps running under a steady stream of commands.
+   */
+  private readBackSoon(): void {
+    const { scheduler, clock } = this.gw.deps;
+    this.readBackAtMs = clock.monotonicMs() + Math.min(READ_BACK_SETTLE_MS, this.binding.pollIntervalMs);
+    if (this.cancelReadBack !== null || this.closed) return;
+    const arm = (atMs: number) => {
+      this.cancelReadBack = scheduler.at(atMs, () => {
+        if (clock.monotonicMs() < this.readBackAtMs) return arm(this.readBackAtMs); // written again meanwhile
+        this.cancelReadBack = null;
+        void this.poll();
+      });
+    };
+    arm(this.readBackAtMs);
   }
 
   startPolling(): void {
@@ -240,6 +277,7 @@ class ActuatorRuntime {
     this.closed = true;
     this.cancelWake?.();
     this.cancelPoll?.();
+    this.cancelReadBack?.();
   }
 }
 
@@ -397,7 +435,8 @@ export class Gateway {
 
   /** @internal */
   publishEvent(actuator: string, event: CoreEvent): void {
-    this.deps.log.info({ actuator, ...event }, `${event.type}`);
+    const level = ROUTINE_EVENTS.has(event.type) ? "debug" : "info";
+    if (this.deps.log.isLevelEnabled(level)) this.deps.log[level]({ actuator, ...event }, `${event.type}`);
     this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 
