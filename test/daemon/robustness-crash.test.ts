@@ -17,7 +17,7 @@ import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { TopicWatcher, tcpNoDelay, until } from "../support/watch.ts";
 
-const LIVES = 6;
+const LIVES = 5;
 const A = "valve-1";
 const STATUS_TOPIC = "fencegate/gateway/test/status";
 
@@ -106,7 +106,8 @@ describe("the daemon killed with SIGKILL mid-command", () => {
     let killsAtDevice = 0;
     let previous: { token: number; sent: Sent[]; fence: { token: number; seq: number | null } } | null = null;
 
-    for (let life = 0; life < LIVES; life++) {
+    // LIVES lives end in a kill; one more start checks the last of them, and stays up.
+    for (let life = 0; life <= LIVES; life++) {
       const d = await startDaemon();
 
       if (previous) {
@@ -151,6 +152,7 @@ describe("the daemon killed with SIGKILL mid-command", () => {
         const stale = await c.command(A, previous.token, last.seq + 1000, { position: 50 });
         expect(["LEASE_EXPIRED", "STALE_TOKEN"]).toContain(stale.error?.code);
       }
+      if (life === LIVES) break;
 
       // 4. A fresh grant is above every token ever granted.
       const lease = await c.acquire(A, 30_000);
@@ -171,12 +173,12 @@ describe("the daemon killed with SIGKILL mid-command", () => {
       sim!.setDelay(Math.floor(random() * 5));
       const streaming = stream(c, token, sent, control);
       if (life % 2 === 0) {
-        await until(() => sent.filter((s) => s.reply).length >= 1 + Math.floor(random() * 20), { what: "some applied commands" });
+        await until(() => sent.filter((s) => s.reply).length >= 1 + Math.floor(random() * 10), { what: "some applied commands" });
         const before = sim!.device(1).applied.length;
         sim!.setDelay(600); // the device acts at once but holds its answer back
         await until(() => sim!.device(1).applied.length > before, { everyMs: 0, what: "a command at the device" });
       } else {
-        await new Promise((r) => setTimeout(r, 50 + Math.floor(random() * 400)));
+        await new Promise((r) => setTimeout(r, 50 + Math.floor(random() * 300)));
       }
       const statusFrom = watcher!.messages.length;
       control.stop = true;
@@ -202,19 +204,13 @@ describe("the daemon killed with SIGKILL mid-command", () => {
     for (const e of applied) expect(e.setpoints.position).toBe(e.seq! % 101);
     expect(new Set(applied.map((e) => e.token)).size).toBe(LIVES);
     // At least half the lives were killed while a command was at the device, its answer pending.
-    expect(killsAtDevice).toBeGreaterThanOrEqual(LIVES / 2);
-
-    // The last life's interrupted command is still answered after one more restart.
-    await startDaemon();
-    const last = previous!.sent.at(-1)!;
-    const retry = await c.command(A, last.token, last.seq, { position: last.position });
-    expect(["DUPLICATE", "LEASE_EXPIRED"]).toContain(retry.error?.code);
+    expect(killsAtDevice).toBeGreaterThanOrEqual(Math.ceil(LIVES / 2));
   });
 
   it("drains on SIGTERM: the command at the device completes, offline is published retained, exit code 0", async () => {
     const c = ctl!;
-    const d = daemon!;
-    expect(d.child.exitCode).toBe(null);
+    const running = daemon && daemon.child.exitCode === null && daemon.child.signalCode === null;
+    const d = running ? daemon! : await startDaemon();
     const lease = await c.acquire(A, 30_000);
     expect(lease.ok).toBe(true);
     const token = lease.lease.token as number;
