@@ -151,10 +151,11 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     // No restart is quicker than a frame takes on the line: a request the dead process put on
     // the wire has reached its device (or been lost) before the new process sends anything.
     const minRestartMs = 2 * profile.line.latencyMaxMs + 10;
-    world.after(rngGateway.int(minRestartMs, minRestartMs + 200), () => startProcess(p.journal.reopen(journalHooks(() => current!)), p.epoch + 1));
+    world.after(rngGateway.int(minRestartMs, minRestartMs + 200), () => startProcess(p.journal.reopen(), p.epoch + 1));
   };
 
-  const journalHooks = (process: () => Process): JournalHooks => ({
+  // Only the running process commits (a dead one's group-commit flush never runs).
+  const journalHooks: JournalHooks = {
     crashAt: (entries): CommitCrash => {
       if (!canCrash()) return null;
       if (entries.some((e) => e.record.type === "intent") && rngGateway.chance(profile.pCrashAfterIntent)) {
@@ -174,16 +175,19 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       return null;
     },
     onDurable: (entries) => checker.onDurable(entries),
-    crash: () => crash(process(), commitCrashKind),
-  });
+    crash: () => {
+      if (current !== null) crash(current, commitCrashKind);
+    },
+  };
 
   const startProcess = (journal: SimJournal, epoch: number) => {
     const snapshots = journal.load();
-    const holder: { p: Process | null } = { p: null };
-    const alive = () => holder.p?.alive === true;
+    // The process being built; its ports may only act while it lives.
+    const self: { p: Process | null } = { p: null };
+    const alive = () => self.p?.alive === true;
     const outbox: Outbox = {
       reply: (ref, reply) => {
-        const p = holder.p;
+        const p = self.p;
         if (!p?.alive) return;
         const to = p.refs.get(ref);
         if (!to) return;
@@ -205,10 +209,10 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
           if (alive()) checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
         },
         onUnit: (online) => {
-          if (alive()) holder.p!.gateway.linkChanged(unit.id, online);
+          if (alive()) self.p!.gateway.linkChanged(unit.id, online);
         },
         afterAct: () => {
-          if (alive() && canCrash() && rngGateway.chance(profile.pCrashAfterAct)) crash(holder.p!, "afterDeviceActed");
+          if (alive() && canCrash() && rngGateway.chance(profile.pCrashAfterAct)) crash(self.p!, "afterDeviceActed");
         },
         fault,
       });
@@ -237,13 +241,13 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       snapshots,
     );
     const p: Process = { epoch, alive: true, journal, gateway, refs: new Map() };
-    holder.p = p;
+    self.p = p;
     current = p;
     checker.note(`start ${epoch}`);
     gateway.start();
   };
 
-  startProcess(SimJournal.open(16, journalHooks(() => current!)), 1);
+  startProcess(SimJournal.open(16, journalHooks), 1);
 
   // ---------------------------------------------------------------------------------------
   // controllers
