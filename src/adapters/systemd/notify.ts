@@ -7,8 +7,8 @@
  * trade-off, and why it is still the robust choice here:
  *
  * - The sender is a short-lived child, not the main PID, so the unit needs
- *   `NotifyAccess=all`: any process of the service's cgroup may then notify. We spawn no
- *   other children, so in practice it is the daemon speaking.
+ *   `NotifyAccess=all`: any process of the service's cgroup may then notify. The only
+ *   other child is tsx's esbuild service, which never notifies.
  * - systemd attributes a message to a unit by the sender's cgroup, looked up from its PID;
  *   a sender that already exited could be dropped. systemd-notify (systemd ≥ 246) waits on
  *   a BARRIER=1 until the manager has processed the message, so the child is still alive
