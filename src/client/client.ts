@@ -58,6 +58,8 @@ export class FencegateClient {
   private readonly v5: boolean;
   private readonly replyTopic: string;
   readonly requestTimeoutMs: number;
+  /** Connections made so far (1 + reconnects): after a reconnect a request may have been delivered twice. */
+  connections = 1;
 
   private constructor(
     readonly mqtt: MqttClient,
@@ -69,6 +71,7 @@ export class FencegateClient {
     this.replyTopic = this.v5 ? `${this.base}/_client/${options.holder}/${randomUUID()}` : `${this.base}/+/reply/${options.holder}`;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 5000;
     mqtt.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet.properties?.correlationData));
+    mqtt.on("connect", () => this.connections++);
   }
 
   static async connect(options: ClientOptions): Promise<FencegateClient> {

@@ -35,6 +35,9 @@ export interface Applied {
  */
 export const SIGNED_DEFAULT_DEADLINE_MS = 5000;
 
+/** How often one command may move above seqs an earlier Lease of its token used (see seqTaken). */
+const MAX_SEQ_SKIPS = 3;
+
 type Original = { ok: true; token: number; seq: number; applied: Record<string, number> } | { ok: false; error: RefusalBody };
 
 export declare interface Lease {
@@ -130,24 +133,44 @@ export class Lease extends EventEmitter {
    */
   async command(set: Readonly<Record<string, number>>, options: CommandOptions = {}): Promise<Applied> {
     this.assertUsable();
-    const seq = this.nextSeq++;
-    const id = randomUUID();
     const deadlineMs = options.deadlineMs ?? (this.secret !== undefined ? SIGNED_DEFAULT_DEADLINE_MS : undefined);
-    const body = this.signed("command", { holder: this.holder, token: this.token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
     const retries = options.retries ?? 2;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const reply = await this.client.request(this.actuator, "command", body, { id, ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
-        return { token: reply.token as number, seq: reply.seq as number, applied: reply.applied as Record<string, number> };
-      } catch (err) {
-        if (err instanceof FencegateTimeoutError && attempt < retries) continue; // same id, same (token, seq)
-        if (!(err instanceof FencegateError)) throw err;
-        // A retry of a command that was applied: the original outcome is the answer.
-        const original = err.code === "DUPLICATE" ? (err.original as Original | undefined) : undefined;
-        if (original?.ok) return { token: original.token, seq: original.seq, applied: original.applied };
-        throw await this.refused(original ? new FencegateError(original.error) : err);
+    for (let skips = 0; ; skips++) {
+      const seq = this.nextSeq++;
+      const id = randomUUID();
+      const body = this.signed("command", { holder: this.holder, token: this.token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
+      const connectionsAtSend = this.client.connections;
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const reply = await this.client.request(this.actuator, "command", body, { id, ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
+          return { token: reply.token as number, seq: reply.seq as number, applied: reply.applied as Record<string, number> };
+        } catch (err) {
+          if (err instanceof FencegateTimeoutError && attempt < retries) continue; // same id, same (token, seq)
+          if (!(err instanceof FencegateError)) throw err;
+          if (attempt === 0 && skips < MAX_SEQ_SKIPS && this.seqTaken(err, connectionsAtSend)) {
+            this.nextSeq = Math.max(this.nextSeq, (err.fence?.token === this.token ? (err.fence.seq ?? -1) : -1) + 1);
+            break; // the same command again, above the seqs already used
+          }
+          // A retry of a command that was applied: the original outcome is the answer.
+          const original = err.code === "DUPLICATE" ? (err.original as Original | undefined) : undefined;
+          if (original?.ok) return { token: original.token, seq: original.seq, applied: original.applied };
+          throw await this.refused(original ? new FencegateError(original.error) : err);
+        }
       }
     }
+  }
+
+  /**
+   * Whether the gateway says, to a first attempt, that this (token, seq) was used before this
+   * Lease numbered it: by an earlier Lease of the same token, since acquiring while the
+   * holder's lease is live returns its token again (a controller restarted within its TTL).
+   * Nothing of this command was applied. DUPLICATE counts only without a reconnect since
+   * sending: after one, the broker may have delivered this very request twice, and then the
+   * original outcome is ours.
+   */
+  private seqTaken(err: FencegateError, connectionsAtSend: number): boolean {
+    if (err.code === "STALE_SEQ") return true;
+    return err.code === "DUPLICATE" && this.client.connections === connectionsAtSend;
   }
 
   private async refused(err: FencegateError): Promise<FencegateError> {
