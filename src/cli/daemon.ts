@@ -65,17 +65,20 @@ export async function runDaemon(configPath: string, logLevel?: string): Promise<
 
 /** Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error. */
 export async function serve(config: GatewayConfig, logLevel?: string): Promise<number> {
-  const log = pino({ level: logLevel ?? config.logging.level });
+  // Asynchronous stdout: lines logged while a write is in flight leave in one write, so a
+  // log line for every decision costs no syscall each under load. Flushed before returning.
+  const log = pino({ level: logLevel ?? config.logging.level }, pino.destination({ dest: 1, sync: false }));
+  const flushed = (code: number) => new Promise<number>((resolve) => log.flush(() => resolve(code)));
   let daemon;
   try {
     daemon = await startDaemon(config, log);
   } catch (err) {
     if (err instanceof JournalError) {
       log.fatal({ code: err.code, journal: config.journal.path }, err.message);
-      return EXIT.JOURNAL;
+      return flushed(EXIT.JOURNAL);
     }
     log.fatal({ err: String(err) }, "the daemon could not start");
-    return EXIT.INTERNAL;
+    return flushed(EXIT.INTERNAL);
   }
   // Under systemd (Type=notify, WatchdogSec=): ready once the journal is loaded and the
   // buses and MQTT are starting; neither the broker nor a device has to be up for that.
@@ -96,5 +99,5 @@ export async function serve(config: GatewayConfig, logLevel?: string): Promise<n
   const code = await Promise.race([signalled, daemon.fatal]);
   await systemd?.stopping();
   await daemon.stop();
-  return code;
+  return flushed(code);
 }
