@@ -168,13 +168,13 @@ describe("two units on one RTU line", () => {
     const timeoutsBefore = await transactions("timeout");
 
     // On the line: 1 FC06 keep-alive and 2 FC03 of position/actual/status (the read's poll),
-    // 3 FC16 to 60 (the command, queued behind the read), 4 FC06 and 5 FC03 (the poll after
-    // the command). Request 2 is answered LATE_MS after it arrived: past the timeout (T),
+    // 3 FC16 to 60 (the command, queued behind the read), 4 FC06 and 5 FC03 (the read-back
+    // once writes paused, READ_BACK_SETTLE_MS = 100 ms after the command). Request 2 is answered LATE_MS after it arrived: past the timeout (T),
     // inside the quiet window (T..T+Q). Requests 3, 4 and 5 are answered in 20, 0 and 600 ms.
     //
     // A master that sends the next request the moment it times out would have request 5
-    // outstanding from ~T+25 to ~T+625, plus the machine's lag (measured: 100-170 ms on a
-    // loaded 2-core machine), and the late answer to request 2 (position 20) lands at T+400:
+    // outstanding from ~T+125 to ~T+725, plus the machine's lag (measured: up to ~170 ms on
+    // a loaded 2-core machine), and the late answer to request 2 (position 20) lands at T+400:
     // it is taken for the answer to request 5, and the state says 20 while the device holds 60.
     const LATE_MS = TIMEOUT_MS + 400;
     const ANSWER_MS: Record<number, number> = { 3: 20, 4: 0, 5: 600, 6: 0 };
@@ -198,13 +198,13 @@ describe("two units on one RTU line", () => {
       read = await c2!.read("valve-2");
       const applied = await until(() => sent.command, { what: "the command to be sent" });
       expect(applied).toMatchObject({ ok: true, outcome: "applied", applied: { position: 60 } });
-      // The poll after the command (requests 4 and 5) publishes what it read: the first
+      // The read-back after the command (requests 4 and 5) publishes what it read: the first
       // state after the command's own (position 60, actual still 20) that differs from it.
       const isConfirmation = (s: Record<string, any>) => s.points.position === 60 && s.points.actual === 20;
       const confirmation = await watcher!.waitForJson("fencegate/valve-2/state", isConfirmation, { from, what: "the command's state" });
       await watcher!.waitForJson("fencegate/valve-2/state", (s) => JSON.stringify(s.points) !== JSON.stringify(confirmation.points), {
         from: watcher!.messages.findIndex((m, i) => i >= from && m.topic === "fencegate/valve-2/state" && isConfirmation(JSON.parse(m.payload))) + 1,
-        what: "the state the poll after the command read",
+        what: "the state the read-back after the command read",
       });
       await quiesce();
     } finally {
@@ -218,7 +218,7 @@ describe("two units on one RTU line", () => {
     expect((await transactions("timeout")) - timeoutsBefore).toBe(1);
 
     // From the command's confirmation on (the first state at 60), every state published
-    // matches the device: the poll after it must not bring back 20.
+    // matches the device: the read-back after it must not bring back 20.
     const states = watcher!.messages.slice(from).map((m) => JSON.parse(m.payload) as Json);
     const confirmed = states.findIndex((s) => s.points.position === 60);
     expect(confirmed, JSON.stringify(states)).toBeGreaterThanOrEqual(0);
