@@ -54,6 +54,7 @@ interface FaultProfile {
   readonly pPowerCycle: number;
   readonly pBusDown: number;
   readonly pCrash: number;
+  readonly pCleanRestart: number;
   /** Per journal commit / per device action. */
   readonly pCrashBeforeSync: number;
   readonly pCrashAfterSync: number;
@@ -72,6 +73,7 @@ function drawProfile(rng: Prng): FaultProfile {
     pPowerCycle: some(0.03),
     pBusDown: some(0.02),
     pCrash: some(0.02),
+    pCleanRestart: some(0.01),
     pCrashBeforeSync: some(0.03),
     pCrashAfterSync: some(0.03),
     pCrashAfterIntent: some(0.1),
@@ -95,6 +97,8 @@ const silentLog = pino({ level: "silent" });
 interface Process {
   readonly epoch: number;
   alive: boolean;
+  /** Draining for a clean restart. */
+  stopping: boolean;
   journal: SimJournal;
   gateway: Gateway;
   readonly refs: Map<number, { controller: Controller; id: string; actuator: string; request: GatewayRequest }>;
@@ -144,9 +148,24 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
 
   const crash = (p: Process, kind: string) => {
     if (!p.alive) return;
-    p.alive = false;
     crashes++;
     fault(`gateway.crash.${kind}`);
+    end(p);
+  };
+
+  /** A clean restart, as the daemon stops: drain (bounded), close the journal, exit. */
+  const cleanRestart = (p: Process) => {
+    p.stopping = true;
+    fault("gateway.cleanRestart");
+    void p.gateway.drain(rngGateway.int(20, 400)).then(() => {
+      if (!p.alive) return; // it crashed while draining
+      p.journal.close();
+      end(p);
+    });
+  };
+
+  const end = (p: Process) => {
+    p.alive = false;
     checker.onCrash(p.epoch);
     // No restart is quicker than a frame takes on the line: a request the dead process put on
     // the wire has reached its device (or been lost) before the new process sends anything.
@@ -240,7 +259,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       },
       snapshots,
     );
-    const p: Process = { epoch, alive: true, journal, gateway, refs: new Map() };
+    const p: Process = { epoch, alive: true, stopping: false, journal, gateway, refs: new Map() };
     self.p = p;
     current = p;
     checker.note(`start ${epoch}`);
@@ -303,6 +322,10 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       }
     }
     if (current !== null && canCrash() && rngChaos.chance(profile.pCrash)) crash(current, "anytime");
+    if (current?.alive && !current.stopping && canCrash() && rngChaos.chance(profile.pCleanRestart)) {
+      crashes++; // counts against the same bound: a run must leave time for work between restarts
+      cleanRestart(current);
+    }
     world.after(CHAOS_TICK_MS, chaos);
   };
   world.after(CHAOS_TICK_MS, chaos);
