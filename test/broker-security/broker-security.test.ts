@@ -121,7 +121,7 @@ beforeAll(async () => {
   mkdirSync(gwDir);
   writeFileSync(join(gwDir, "gw-password"), `${PASSWORDS[GATEWAY_USER]}\n`, { mode: 0o600 });
   daemon = teardown.add(DaemonProcess.start(gwDir, daemonConfig(gwDir, { username: GATEWAY_USER, passwordFile: "gw-password", tls: tlsOf(GATEWAY_USER) })), (d) => stopDaemon(d));
-  await daemon.ready(["valve-1"]);
+  await daemon.ready(["valve-1"], 30_000);
 });
 afterAll(() => teardown.run());
 
@@ -133,6 +133,16 @@ describe("over mqtts with a CA and client certificates", () => {
     const applied = await lease.command({ position: 42 });
     expect(applied).toMatchObject({ applied: { position: 42 } });
     await lease.release();
+  });
+
+  it("a host name is verified against the certificate's DNS name (SNI), as well as an address", async () => {
+    const configDir = join(dir, "doctor-name");
+    mkdirSync(configDir);
+    const file = join(configDir, "gateway.yaml");
+    const { stringify } = await import("yaml");
+    const config = daemonConfig(configDir, { username: GATEWAY_USER, password: PASSWORDS[GATEWAY_USER], tls: tlsOf(GATEWAY_USER) }) as Record<string, any>;
+    writeFileSync(file, stringify({ ...config, mqtt: { ...config.mqtt, url: tlsUrl.replace("127.0.0.1", "localhost") } }));
+    expect((await runDoctor(file)).find((f) => f.check === "broker")).toMatchObject({ status: "ok" });
   });
 
   it("a client certificate from another CA is refused at the TLS handshake", async () => {
@@ -222,13 +232,13 @@ describe("wrong credentials", () => {
       (d) => stopDaemon(d),
     );
     const refusals = () => wrong.logs.filter((l) => l.msg === "MQTT error" && /not authorized|bad user name or password/i.test(String(l.err)));
-    await wrong.waitForLog(() => refusals().length >= 3, 15_000, "three refused connection attempts");
+    await wrong.waitForLog(() => refusals().length >= 3, 30_000, "three refused connection attempts");
     expect(wrong.child.exitCode).toBeNull();
     expect(wrong.logs.some((l) => l.msg === "MQTT connected")).toBe(false);
     // The operator fixes the broker's side; Mosquitto reloads its password file on SIGHUP.
     execFileSync("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, "not-the-password"]);
     broker.signal("SIGHUP");
-    await wrong.waitForLog((l) => l.msg === "MQTT connected", 15_000, "MQTT connected after the fix");
+    await wrong.waitForLog((l) => l.msg === "MQTT connected", 30_000, "MQTT connected after the fix");
     execFileSync("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, PASSWORDS[GATEWAY_USER]!]);
     broker.signal("SIGHUP");
   });
@@ -264,6 +274,6 @@ describe("credentials over plain mqtt://", () => {
       }),
       (d) => stopDaemon(d),
     );
-    await allowed.waitForLog((l) => l.msg === "MQTT connected", 15_000, "MQTT connected over mqtt://");
+    await allowed.waitForLog((l) => l.msg === "MQTT connected", 30_000, "MQTT connected over mqtt://");
   });
 });

@@ -108,7 +108,7 @@ describe("the daemon under a notify socket", () => {
       delete process.env.WATCHDOG_USEC;
       Object.assign(process.env, saved);
     }
-    await daemon.ready(["valve-1"]);
+    await daemon.ready(["valve-1"], 30_000);
   });
 
   it("says READY=1 with a status, then pings WATCHDOG=1 every WatchdogSec/3", async () => {
@@ -116,10 +116,12 @@ describe("the daemon under a notify socket", () => {
     const ready = socket.messages.find((m) => m.includes("READY=1"))!;
     expect(ready.some((l) => l.startsWith("STATUS=serving 1 actuator(s)"))).toBe(true);
     const before = socket.messages.filter((m) => m.includes("WATCHDOG=1")).length;
-    await new Promise((r) => setTimeout(r, 1000)); // five intervals of 200 ms
+    await new Promise((r) => setTimeout(r, 2000)); // ten intervals of 200 ms
     const pings = socket.messages.filter((m) => m.includes("WATCHDOG=1")).length - before;
+    // At most one ping per interval; fewer when a ping's systemd-notify is still running
+    // (a loaded machine), but a few must get through.
     expect(pings).toBeGreaterThanOrEqual(3);
-    expect(pings).toBeLessThanOrEqual(6);
+    expect(pings).toBeLessThanOrEqual(11);
   });
 
   it("says STOPPING=1 on SIGTERM and exits 0", async () => {

@@ -66,7 +66,7 @@ function failures(findings: Finding[]): Finding[] {
 
 /** The CLI as a separate process; as `uid` when given (root only). */
 function doctorCli(args: string[], uid?: number) {
-  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "doctor", ...args], { encoding: "utf8", timeout: 30_000, ...(uid === undefined ? {} : { uid, gid: uid }) });
+  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "doctor", ...args], { encoding: "utf8", timeout: 60_000, ...(uid === undefined ? {} : { uid, gid: uid }) });
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
