@@ -1,0 +1,142 @@
+/**
+ * One chaos controller, as its own process: `node --import tsx test/chaos/controller.ts
+ * --url mqtt://... --holder H --actuator A --ttl-ms N --log FILE`.
+ *
+ * It uses only the client library, the way a real controller would: acquire, command under
+ * the lease until it is lost (or the gateway restarts, or the controller was paused past its
+ * TTL), re-acquire. Every outcome it sees goes to FILE as one JSON line, written
+ * synchronously (a SIGKILL loses nothing already seen), stamped with `mono`: CLOCK_MONOTONIC
+ * in ms, comparable between the processes of one machine.
+ *
+ * The k-th command of a Lease object sets position = positionFor(base + k), `base` random
+ * per Lease: the device's applied log records only (token, device seq, position), so the
+ * checker finds each applied command there by (token, position); and a controller restarted
+ * within its TTL (same token again) sets other positions than its previous life did, so an
+ * old outcome handed out as a new command's shows.
+ */
+import { closeSync, openSync, writeSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError, type Lease } from "../../src/client/index.ts";
+import { monoMs, positionFor } from "./history.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      url: { type: "string" },
+      holder: { type: "string" },
+      actuator: { type: "string", default: "valve-1" },
+      "ttl-ms": { type: "string", default: "1000" },
+      "gap-ms": { type: "string", default: "10" },
+      "zombie-rate": { type: "string", default: "0.5" },
+      log: { type: "string" },
+    },
+  });
+  if (!values.url || !values.holder || !values.log) throw new Error("usage: controller.ts --url URL --holder H --log FILE [--actuator A] [--ttl-ms N]");
+  const holder = values.holder;
+  const actuator = values.actuator;
+  const ttlMs = Number(values["ttl-ms"]);
+  const gapMs = Number(values["gap-ms"]);
+  const zombieRate = Number(values["zombie-rate"]);
+  const fd = openSync(values.log, "a");
+  const log = (entry: Record<string, unknown>) => writeSync(fd, JSON.stringify({ ...entry, mono: monoMs(), holder }) + "\n");
+  let stopping = false;
+  process.once("SIGTERM", () => (stopping = true));
+  // SIGUSR2: start over as if restarted, fast (a new client, no memory of the lease, which
+  // stays live at the gateway): the next acquire returns the same token.
+  let abandon = false;
+  process.on("SIGUSR2", () => (abandon = true));
+  const connect = async (): Promise<FencegateClient | null> => {
+    while (!stopping) {
+      try {
+        return await FencegateClient.connect({ url: values.url!, holder, requestTimeoutMs: 1000 });
+      } catch (err) {
+        log({ ev: "error", message: `connect: ${(err as Error).message}` });
+        await sleep(200);
+      }
+    }
+    return null;
+  };
+  log({ ev: "start", pid: process.pid });
+
+  let client = await connect();
+
+  while (!stopping && client) {
+    let lease: Lease;
+    const sentMono = monoMs();
+    try {
+      lease = await client.acquire(actuator, { ttlMs });
+    } catch (err) {
+      if (err instanceof FencegateError) {
+        log({ ev: "acquire-refused", code: err.code });
+        const wait = err.code === "LEASE_HELD" ? Math.min(err.lease?.expiresInMs ?? 100, 300) : 100;
+        await sleep(Math.max(20, wait));
+      } else {
+        log({ ev: "acquire-refused", code: err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR", message: String((err as Error).message) });
+        await sleep(100);
+      }
+      continue;
+    }
+    log({ ev: "granted", token: lease.token, sentMono });
+    let reason = "";
+    lease.on("lost", (why: Error) => (reason = why.message));
+    const base = Math.floor(Math.random() * 10_000);
+    let next = 0;
+    for (let k = 0; !stopping && !abandon; k++) {
+      const position = positionFor(base + k);
+      log({ ev: "sent", token: lease.token, seq: k, position });
+      try {
+        const done = await lease.command({ position }, { timeoutMs: 1000, retries: 1 });
+        if (done.token !== lease.token) log({ ev: "error", message: `reply for token ${done.token} to a command under ${lease.token}` });
+        next = done.seq + 1;
+        log({ ev: "applied", token: done.token, seq: done.seq, position, applied: done.applied.position });
+      } catch (err) {
+        if (err instanceof LeaseLostError) break;
+        const code = err instanceof FencegateError ? err.code : err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR";
+        log({ ev: "refused", token: lease.token, seq: k, position, code, ...(code === "ERROR" ? { message: String((err as Error).message) } : {}) });
+        if (lease.lost) break;
+        // Not sent, or unknown: back off a little and go on with a new seq.
+        if (code !== "STALE_SEQ") await sleep(50);
+      }
+      if (gapMs > 0) await sleep(gapMs);
+    }
+    if (abandon) {
+      abandon = false;
+      log({ ev: "lost", token: lease.token, reason: "restarting (SIGUSR2)" });
+      await client.mqtt.endAsync(true).catch(() => undefined);
+      client = await connect();
+      continue;
+    }
+    log({ ev: "lost", token: lease.token, reason: reason || (lease.lost?.message ?? "stopping") });
+    if (stopping) {
+      await lease.release().catch(() => undefined);
+      break;
+    }
+    // The zombie: a controller that decided before its pause and acts after it, with the
+    // token it no longer holds (past the library's own checks). The gateway must refuse it
+    // unless that lease is in fact still live there; the checker holds it to that.
+    if (Math.random() < zombieRate) await zombie(client, lease.token, next + 1000, positionFor(base + 5000));
+  }
+  await client?.mqtt.endAsync(true).catch(() => undefined);
+  closeSync(fd);
+
+  async function zombie(c: FencegateClient, token: number, seq: number, position: number): Promise<void> {
+    log({ ev: "sent", token, seq, position });
+    try {
+      const reply = await c.request(actuator, "command", { holder, token, seq, set: { position } }, { timeoutMs: 1000 });
+      log({ ev: "applied", token, seq, position, applied: (reply.applied as { position?: number } | undefined)?.position, zombie: true });
+    } catch (err) {
+      const code = err instanceof FencegateError ? err.code : err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR";
+      log({ ev: "refused", token, seq, position, code, zombie: true });
+    }
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,35 @@
+/**
+ * `npm run chaos [-- --kills N --seed S --controllers N --ttl-ms N --restarts N --keep]`: the full chaos
+ * run on real processes (see harness.ts). Exits 1 on any safety violation, printing the
+ * seed that replays the schedule.
+ */
+import { parseArgs } from "node:util";
+import { report, runChaos } from "./harness.ts";
+
+const { values } = parseArgs({
+  options: {
+    kills: { type: "string", default: "100" },
+    seed: { type: "string" },
+    controllers: { type: "string", default: "3" },
+    "ttl-ms": { type: "string", default: "2000" },
+    "life-min-ms": { type: "string", default: "300" },
+    "life-max-ms": { type: "string", default: "3000" },
+    restarts: { type: "string" },
+    keep: { type: "boolean", default: false },
+    quiet: { type: "boolean", default: false },
+  },
+});
+const seed = values.seed !== undefined ? Number(values.seed) : Date.now() % 2 ** 31;
+console.log(`chaos: --kills ${values.kills} --seed ${seed}`);
+const result = await runChaos({
+  kills: Number(values.kills),
+  seed,
+  controllers: Number(values.controllers),
+  ttlMs: Number(values["ttl-ms"]),
+  lifeMs: [Number(values["life-min-ms"]), Number(values["life-max-ms"])],
+  keep: values.keep,
+  ...(values.restarts !== undefined ? { controllerRestarts: Number(values.restarts) } : {}),
+  say: values.quiet ? () => {} : (line) => console.log(line),
+});
+console.log(report(result));
+process.exit(result.verdict.violations.length === 0 ? 0 : 1);
