@@ -66,6 +66,8 @@ export interface BenchOptions {
   readonly print: boolean;
   /** Write bench/results/gateway-<time>.json. */
   readonly write: boolean;
+  /** npm run build first when dist/ is missing or stale, and run every daemon from dist/. */
+  readonly build: boolean;
 }
 
 export function defaultOptions(quick: boolean): BenchOptions {
@@ -80,6 +82,7 @@ export function defaultOptions(quick: boolean): BenchOptions {
     profile: false,
     print: true,
     write: true,
+    build: true,
   };
 }
 
@@ -145,6 +148,8 @@ interface World {
   readonly broker: Broker;
   readonly profileDir: string | null;
   readonly log: (line: string) => void;
+  /** What every daemon runs (FENCEGATE_RUNTIME), footprint's comparison aside. */
+  readonly runtime: "dist" | "tsx";
 }
 
 interface Gateway {
@@ -285,6 +290,11 @@ export interface LatencyRepeat {
   readonly floorSumP99: number;
   readonly ratioP50: number;
   readonly ratioP99: number;
+  /**
+   * p50 / (floors' p50 sum + one more journal p50): a command needs two durable commits in
+   * sequence (the intent before the device is written, the outcome before the reply).
+   */
+  readonly ratioP50TwoCommits: number;
   readonly daemonCpuMsPerCommand: number;
   readonly commandsPerSecond: number;
 }
@@ -298,6 +308,7 @@ export interface LatencyResult {
   readonly p999: Spread;
   readonly ratioP50: Spread;
   readonly ratioP99: Spread;
+  readonly ratioP50TwoCommits: Spread;
   readonly daemonCpuMsPerCommand: Spread;
   readonly pooled: Dist;
 }
@@ -343,6 +354,7 @@ async function latency(world: World, o: BenchOptions): Promise<LatencyResult> {
       floorSumP99,
       ratioP50: e2e.p50 / floorSumP50,
       ratioP99: e2e.p99 / floorSumP99,
+      ratioP50TwoCommits: e2e.p50 / (floorSumP50 + floors.journal.p50),
       daemonCpuMsPerCommand: cpu / o.latencyCommands,
       commandsPerSecond: (o.latencyCommands / elapsedMs) * 1000,
     });
@@ -365,6 +377,7 @@ async function latency(world: World, o: BenchOptions): Promise<LatencyResult> {
     p999: f((r) => r.endToEnd.p999),
     ratioP50: f((r) => r.ratioP50),
     ratioP99: f((r) => r.ratioP99),
+    ratioP50TwoCommits: f((r) => r.ratioP50TwoCommits),
     daemonCpuMsPerCommand: f((r) => r.daemonCpuMsPerCommand),
     pooled: dist(all),
   };
@@ -768,18 +781,12 @@ async function footprintOf(world: World, o: BenchOptions, sims: readonly Simulat
       startupToMqttMs: spread(startup.map((s) => s.mqttMs)),
     };
   } finally {
-    delete process.env["FENCEGATE_RUNTIME"];
+    process.env["FENCEGATE_RUNTIME"] = world.runtime;
   }
 }
 
 async function footprint(world: World, o: BenchOptions): Promise<FootprintResult> {
   const sims = await tcpSims(world, 64);
-  if (!distIsFresh()) {
-    // A production install runs the compiled build: measure that, and tsx beside it.
-    world.log("  dist/ is missing or older than the sources: npm run build");
-    const built = spawnSync("npm", ["run", "build"], { cwd: repo, encoding: "utf8" });
-    if (built.status !== 0) world.log(`  npm run build failed (${built.status}); measuring tsx only\n${built.stdout}${built.stderr}`);
-  }
   const runtime = fs.existsSync(DIST_MAIN) ? "dist" : "tsx";
   const byRuntime: Partial<Record<"dist" | "tsx", FootprintRun>> = {};
   // The default first; the sources through tsx as well, for comparison, when a build exists.
@@ -852,6 +859,8 @@ export interface BenchResult {
   readonly at: string;
   readonly machine: { cpus: number; cpuModel: string; node: string; loadavgBefore: number[]; loadavgAfter: number[]; totalMemMb: number };
   readonly options: BenchOptions;
+  /** What the daemon ran from. */
+  runtime?: "dist" | "tsx";
   latency?: LatencyResult;
   scale?: ScalePoint[];
   bus?: BusResult;
@@ -878,9 +887,20 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
   };
   print(`fencegate bench — ${result.machine.cpus} × ${result.machine.cpuModel}, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
   print(`workloads: ${o.only.join(", ")}; ${o.repeats} repeats${o.quick ? " (quick)" : ""}; files in ${path.relative(repo, dir)}`);
+  if (o.build && !distIsFresh()) {
+    // A production install runs the compiled build: measure that.
+    print("dist/ is missing or older than the sources: npm run build");
+    const built = spawnSync("npm", ["run", "build"], { cwd: repo, encoding: "utf8" });
+    if (built.status !== 0) print(`npm run build failed (${built.status}); the daemon runs through tsx\n${built.stdout}${built.stderr}`);
+  }
+  const runtime = o.build && fs.existsSync(DIST_MAIN) ? "dist" : distIsFresh() ? "dist" : "tsx";
+  result.runtime = runtime;
+  const runtimeBefore = process.env["FENCEGATE_RUNTIME"];
+  process.env["FENCEGATE_RUNTIME"] = runtime; // while others edit the sources, the build goes stale under us
+  print(`the daemon runs from ${runtime === "dist" ? "dist/ (compiled)" : "the sources through tsx"}`);
   try {
     const broker = teardown.add(await startMosquitto(), (b) => b.stop());
-    const world: World = { teardown, dir, broker, profileDir, log: print };
+    const world: World = { teardown, dir, broker, profileDir, log: print, runtime };
     for (const w of o.only) {
       print(`\n${w}:`);
       if (w === "latency") result.latency = await latency(world, o);
@@ -890,6 +910,8 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
       if (w === "footprint") result.footprint = await footprint(world, o);
     }
   } finally {
+    if (runtimeBefore === undefined) delete process.env["FENCEGATE_RUNTIME"];
+    else process.env["FENCEGATE_RUNTIME"] = runtimeBefore;
     await teardown.run();
   }
   if (profileDir) {
@@ -942,6 +964,7 @@ function report(r: BenchResult): void {
   const ms = (x: number) => x.toFixed(3).padStart(8);
   const sp = (s: Spread, d = 3) => `${s.median.toFixed(d)} [${s.min.toFixed(d)}–${s.max.toFixed(d)}, spread ${(s.spread * 100).toFixed(0)} %]`;
   console.log(`\n=== results (median of repeats [min–max, (max-min)/median]) ===`);
+  console.log(`daemon runtime: ${r.runtime ?? "?"}`);
   console.log(`machine: ${r.machine.cpus} cores (${r.machine.cpuModel}), node ${r.machine.node}, load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}`);
   if (r.latency) {
     const L = r.latency;
@@ -955,6 +978,7 @@ function report(r: BenchResult): void {
     console.log(`\nlatency: 1 controller, 1 actuator on a pty, sequential, ${r.options.latencyCommands} commands × ${L.repeats.length} repeats, poll every ${L.pollIntervalMs} ms`);
     console.log(`  end-to-end p50   ${sp(L.p50)} ms   ratio to floors' p50 sum ×${sp(L.ratioP50, 2)}`);
     console.log(`  end-to-end p99   ${sp(L.p99)} ms   ratio to floors' p99 sum ×${sp(L.ratioP99, 2)}`);
+    console.log(`  p50 / (floors' p50 sum + a second journal commit, as every command needs two) ×${sp(L.ratioP50TwoCommits, 2)}`);
     console.log(`  end-to-end p99.9 ${sp(L.p999)} ms`);
     console.log(`  pooled (n=${L.pooled.n}): p50 ${L.pooled.p50.toFixed(3)}, p99 ${L.pooled.p99.toFixed(3)}, p99.9 ${L.pooled.p999.toFixed(3)}, max ${L.pooled.max.toFixed(3)} ms`);
     console.log(`  daemon CPU per command ${sp(L.daemonCpuMsPerCommand)} ms`);
