@@ -82,6 +82,9 @@ export class FencegateClient {
       clientId: options.clientId ?? `fencegate-client-${options.holder}-${randomUUID().slice(0, 8)}`,
       clean: true,
       reconnectPeriod: 1000,
+      // mqtt.js stops reconnecting after one refused CONNACK (bad credentials, a broker
+      // restarting): a controller must keep trying, as the gateway does.
+      reconnectOnConnackError: true,
       connectTimeout: 10_000,
       ...(options.username !== undefined ? { username: options.username } : {}),
       ...(options.password !== undefined ? { password: options.password } : {}),
