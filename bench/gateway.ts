@@ -280,6 +280,29 @@ async function floorModbus(pty: PtyPair, sim: SimulatorHandle, n: number): Promi
   return out;
 }
 
+/**
+ * The line's own ceiling on this machine: modbus-serial straight on the pty, FC16 command
+ * blocks to every unit in turn, as fast as answers come back. Commands per second.
+ */
+async function floorBusLine(pty: PtyPair, sim: SimulatorHandle, units: readonly number[], windowMs: number): Promise<number> {
+  const client = new ModbusRTU();
+  await client.connectRTUBuffered(pty.master, { baudRate: BUS_BAUD, parity: "even", stopBits: 1, dataBits: 8 });
+  client.setTimeout(1000);
+  const fences = new Map(units.map((u) => [u, { token: sim.device(u).fence.token + 1, seq: 0 }]));
+  const once = async (unit: number) => {
+    const f = fences.get(unit)!;
+    client.setID(unit);
+    await client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token: f.token, seq: f.seq++, setpoints: { position: f.seq % 100 } }));
+  };
+  for (const u of units) await once(u);
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < windowMs) await once(units[n++ % units.length]!);
+  const perSecond = (n / (performance.now() - t0)) * 1000;
+  await new Promise<void>((r) => client.close(() => r()));
+  return perSecond;
+}
+
 // ---------------------------------------------------------------------------------------
 // Workload: latency (one controller, one actuator on a pty, sequential commands)
 
@@ -544,6 +567,10 @@ export interface BusResult {
   /** Polls, keep-alives and fence reads per second on the line. */
   readonly otherTransactionsPerSecond: Spread;
   readonly p99: Spread;
+  /** Without the gateway: modbus-serial straight on the line, every unit in turn (the ceiling here). */
+  readonly directPerSecond: Spread;
+  /** The gateway's commands/s over the direct master's. */
+  readonly fractionOfDirect: Spread;
 }
 
 const BUS_UNITS = 8;
@@ -561,8 +588,9 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const fc03Ms = transactionLimitMs(8, 5 + 2 * readRegs, BUS_BAUD);
   const limit = 1000 / fc16Ms;
   const repeats = Math.max(1, Math.min(o.repeats, 3));
-  const runs: { perSecond: number; occupancy: number; other: number; p99: number }[] = [];
+  const runs: { perSecond: number; occupancy: number; other: number; p99: number; direct: number }[] = [];
   for (let r = 0; r < repeats; r++) {
+    const direct = await floorBusLine(pty, sim, units, Math.min(3000, o.windowMs));
     const gw = await startGateway(world, {
       buses: { rs485: { type: "rtu", path: pty.master, baudRate: BUS_BAUD, timeoutMs: 1000 } },
       actuators: units.map((u) => valve(`unit-${u}`, "rs485", u, "fenced", { pollIntervalMs: BUS_POLL_MS })),
@@ -581,8 +609,10 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     const reads = Math.max(0, requests - fc16 - keepAlives);
     const otherShare = (keepAlives * fc06Ms + reads * fc03Ms) / (fc16 * fc16Ms + keepAlives * fc06Ms + reads * fc03Ms);
     const occupancy = (load.perSecond * fc16Ms) / 1000 / (1 - otherShare);
-    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99 });
-    world.log(`  bus repeat ${r + 1}/${repeats}: ${load.perSecond.toFixed(1)} commands/s = ${((load.perSecond / limit) * 100).toFixed(1)} % of ${limit.toFixed(1)}/s; line occupancy ${(occupancy * 100).toFixed(1)} %`);
+    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99, direct });
+    world.log(
+      `  bus repeat ${r + 1}/${repeats}: ${load.perSecond.toFixed(1)} commands/s = ${((load.perSecond / limit) * 100).toFixed(1)} % of ${limit.toFixed(1)}/s; line occupancy ${(occupancy * 100).toFixed(1)} %; direct master ${direct.toFixed(1)}/s`,
+    );
   }
   const perSecond = spread(runs.map((x) => x.perSecond));
   return {
@@ -595,6 +625,8 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     lineOccupancy: spread(runs.map((x) => x.occupancy)),
     otherTransactionsPerSecond: spread(runs.map((x) => x.other)),
     p99: spread(runs.map((x) => x.p99)),
+    directPerSecond: spread(runs.map((x) => x.direct)),
+    fractionOfDirect: spread(runs.map((x) => x.perSecond / x.direct)),
   };
 }
 
@@ -998,6 +1030,7 @@ function report(r: BenchResult): void {
     console.log(`  line limit for FC16 7 regs (23 + 8 bytes, 2 × t3.5): ${B.commandLimitPerSecond.toFixed(1)} commands/s`);
     console.log(`  commands/s       ${sp(B.perSecond, 1)}`);
     console.log(`  of line limit    ${sp(B.fractionOfLimit, 3)}`);
+    console.log(`  direct master, no gateway (the ceiling here) ${sp(B.directPerSecond, 1)} commands/s = ${(B.directPerSecond.median / B.commandLimitPerSecond).toFixed(3)} of the limit; gateway / direct ${sp(B.fractionOfDirect, 3)}`);
     console.log(`  line occupancy   ${sp(B.lineOccupancy, 3)} (commands + polls + keep-alives, by frame size)`);
     console.log(`  other transactions/s (polls, keep-alives) ${sp(B.otherTransactionsPerSecond, 1)}; command p99 ${sp(B.p99, 1)} ms`);
   }
