@@ -29,14 +29,3 @@ export const ERROR_CODES = [
 ] as const;
 
 export type ErrorCode = (typeof ERROR_CODES)[number];
-
-/** Codes that say the controller's view of the lease/fence is out of date. */
-export const FENCE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
-  "UNKNOWN_TOKEN",
-  "DUPLICATE",
-  "STALE_TOKEN",
-  "LEASE_EXPIRED",
-  "NOT_HOLDER",
-  "STALE_SEQ",
-  "LEASE_HELD",
-]);

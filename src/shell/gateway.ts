@@ -57,12 +57,6 @@ export interface GatewayDeps {
   readonly step?: typeof step;
 }
 
-/** Raw figures the metrics adapter exposes. */
-export interface GatewayCounters {
-  readonly decisions: Map<string, number>;
-  readonly transactions: number;
-}
-
 /**
  * After applied writes, the device is read back once commands to it have paused this long
  * (or after the poll interval, if shorter), not after every command: see {@link ActuatorRuntime.readBackSoon}.
@@ -144,7 +138,6 @@ class ActuatorRuntime {
 
   private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
     const { device } = this.binding;
-    this.gw.transactions++;
     device
       .write(cmd)
       .then(async (outcome) => {
@@ -280,7 +273,6 @@ export class Gateway {
   private nextRef = 1;
   private accepting = true;
   private fatalError: unknown = null;
-  transactions = 0;
 
   constructor(
     readonly deps: GatewayDeps,
