@@ -153,6 +153,9 @@ export class FencegateClient {
     const reply = await this.request(actuator, "lease/acquire", { holder: this.holder, ttlMs: options.ttlMs });
     const granted = reply.lease as { token: number; ttlMs: number; secret?: string };
     const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options, granted.secret);
+    // Our live lease came back (we restarted within its TTL): number above the seqs used under it.
+    const fence = reply.fence as FenceView | undefined;
+    if (fence?.token === granted.token && fence.seq !== null) lease.skipSeqsThrough(fence.seq);
     await lease.start();
     return lease;
   }

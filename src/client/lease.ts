@@ -70,6 +70,11 @@ export class Lease extends EventEmitter {
     this.expiresAtMs = sentAtMs + ttlMs;
   }
 
+  /** @internal Numbers the next command above `seq` (already used under this token). */
+  skipSeqsThrough(seq: number): void {
+    this.nextSeq = Math.max(this.nextSeq, seq + 1);
+  }
+
   get holder(): string {
     return this.client.holder;
   }

@@ -198,10 +198,11 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: 
       s.refuse(ref, leaseError(s, "LEASE_HELD", `${holder} already holds this authenticated lease; its secret is not sent twice, so wait for it to expire.`), { holder });
       return;
     }
-    // The live holder asking again (typically a retry after a lost reply) keeps its token.
+    // The live holder asking again (typically a retry after a lost reply, or the holder
+    // restarted) keeps its token; the fence tells it which seqs of that token are used.
     const lease: Lease = { ...current, ttlMs, expiresAtMs: s.nowMs + ttlMs };
     s.set({ lease });
-    s.reply(ref, { ok: true, lease: { holder, token: lease.token, ttlMs } });
+    s.reply(ref, { ok: true, lease: { holder, token: lease.token, ttlMs }, fence: s.state.fence });
     s.emit({ kind: "event", event: { type: "renewed", holder, token: lease.token } });
     s.emit({ kind: "stateChanged" });
     return;

@@ -125,7 +125,12 @@ export interface ErrorBody {
 
 /** A reply body without the request id; the shell adds `id` and routes it. */
 export type Reply =
-  | { readonly ok: true; readonly lease: { holder: string; token: number; ttlMs: number; secret?: string } | null }
+  | {
+      readonly ok: true;
+      readonly lease: { holder: string; token: number; ttlMs: number; secret?: string } | null;
+      /** On an acquire that returns the holder's live lease: the seqs of its token already used. */
+      readonly fence?: Fence;
+    }
   | {
       readonly ok: true;
       readonly outcome: "applied";

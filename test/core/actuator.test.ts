@@ -37,7 +37,8 @@ describe("lease transitions", () => {
     const d = new CoreDriver();
     d.acquire("A", 1_000);
     d.nowMs += 900;
-    expect(d.acquire("A", 2_000)).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 2_000 } });
+    // With the fence, so a restarted holder numbers its commands above the seqs it used.
+    expect(d.acquire("A", 2_000)).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 2_000 }, fence: { token: 1, seq: null } });
     d.nowMs += 1_500;
     expect(d.state.lease?.expiresAtMs).toBe(1_000 + 900 + 2_000);
   });
