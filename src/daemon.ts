@@ -7,7 +7,7 @@ import type { Server } from "node:http";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
-import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
+import { openWorkerJournal, type WorkerJournal } from "./adapters/journal/worker.ts";
 import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { MqttLink } from "./adapters/mqtt/link.ts";
@@ -37,7 +37,7 @@ function busLink(bus: BusConfig): BusLink {
 
 export interface Daemon {
   readonly gateway: Gateway;
-  readonly journal: SqliteJournal;
+  readonly journal: WorkerJournal;
   readonly link: MqttLink;
   readonly httpPort: number | null;
   /** Drains, flushes and disconnects; resolves when everything is closed. */
@@ -50,8 +50,16 @@ export interface Daemon {
 
 export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
   mkdirSync(dirname(config.journal.path), { recursive: true });
-  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
-  const snapshots = journal.load(); // throws JournalError: the caller reports it and exits
+  // The journal lives in a worker thread: every commit's fsync runs there, off the event
+  // loop. Open and load run there too, so its exclusive lock is held from here to close.
+  const journal = openWorkerJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
+  let snapshots: ReturnType<WorkerJournal["load"]>;
+  try {
+    snapshots = journal.load(); // throws JournalError: the caller reports it and exits
+  } catch (error) {
+    journal.close();
+    throw error;
+  }
   if (journal.fresh) {
     log.warn({ journal: config.journal.path }, "starting with a fresh journal: tokens start above the fences the fenced devices report");
   }
@@ -184,12 +192,9 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     healthProblem() {
       if (stopping) return "the gateway is shutting down";
       if (journalFailed) return "the journal failed";
-      try {
-        journal.settings(); // a query on the journal's connection
-      } catch (err) {
-        return `the journal does not answer: ${(err as Error).message}`;
-      }
-      return null;
+      // Never blocks: a query would wait behind the commits in flight.
+      const problem = journal.problem();
+      return problem === null ? null : `the journal does not answer: ${problem}`;
     },
     async stop() {
       if (stopping) return;
@@ -200,6 +205,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       gateway.stop();
       await link.stop();
       await Promise.all([...buses.values()].map((b) => b.close()));
+      await gateway.committer.idle(); // the commits in flight finish before the journal closes
       journal.close();
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("fencegate daemon stopped");

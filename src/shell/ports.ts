@@ -23,6 +23,20 @@ export interface Journal {
   close(): void;
 }
 
+/**
+ * A journal that can commit off the caller's thread (the SQLite journal's worker). Batches
+ * commit in the order of the calls, each as one atomic, durable transaction; a promise
+ * resolves only after its batch and every earlier one are synced. A failed commit poisons
+ * the writer: that batch and every later one reject.
+ */
+export interface JournalWriter {
+  commitAsync(entries: readonly JournalEntry[]): Promise<void>;
+}
+
+export function isJournalWriter(journal: Journal): journal is Journal & JournalWriter {
+  return typeof (journal as Partial<JournalWriter>).commitAsync === "function";
+}
+
 export class JournalError extends Error {
   override readonly name = "JournalError";
   constructor(

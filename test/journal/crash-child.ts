@@ -4,7 +4,12 @@
  * `pending`, after it `committed`; lines are single small writes to a pipe, so each either
  * arrives whole or not at all.
  *
- * Usage: node --import tsx crash-child.ts <journal> <seed> <recentLimit>
+ * With `worker` as a fourth argument it commits through the worker-thread journal instead,
+ * pipelined like the daemon's group committer: up to PIPELINE batches posted and not yet
+ * acknowledged; each is reported `pending` when posted and `committed` when acknowledged
+ * (acknowledgements come in order, so `committed` always means the oldest pending).
+ *
+ * Usage: node --import tsx crash-child.ts <journal> <seed> <recentLimit> [worker]
  */
 import fs from "node:fs";
 import type { DurableSnapshot } from "../../src/core/actuator.ts";
@@ -12,12 +17,15 @@ import { EMPTY_SNAPSHOT } from "../../src/core/actuator.ts";
 import type { JournalRecord } from "../../src/core/types.ts";
 import { foldEntries } from "../../src/adapters/journal/memory.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
+import { openWorkerJournal } from "../../src/adapters/journal/worker.ts";
 import type { JournalEntry } from "../../src/shell/ports.ts";
 
 export const ACTUATORS = ["valve-1", "damper-2", "drive-big"] as const;
 const MAX_COMMITS = 50_000; // a bound, far beyond what a run reaches before its kill
 
-const [file, seedText, limitText] = process.argv.slice(2);
+const PIPELINE = 4;
+
+const [file, seedText, limitText, mode] = process.argv.slice(2);
 if (file === undefined || seedText === undefined || limitText === undefined) throw new Error("usage: crash-child.ts <journal> <seed> <recentLimit>");
 const recentLimit = Number(limitText);
 const random = mulberry32(Number(seedText));
@@ -26,16 +34,29 @@ const say = (message: object): void => {
 };
 
 say({ ev: "loading" });
-const journal = openSqliteJournal({ path: file, recentLimit });
+const journal = mode === "worker" ? openWorkerJournal({ path: file, recentLimit }) : openSqliteJournal({ path: file, recentLimit });
 let state: ReadonlyMap<string, DurableSnapshot> = journal.load();
 say({ ev: "ready" });
 
-for (let i = 0; i < MAX_COMMITS; i++) {
-  const entries = decide();
-  say({ ev: "pending", entries });
-  journal.commit(entries);
-  say({ ev: "committed" });
-  state = foldEntries(state, entries, recentLimit);
+if (mode === "worker" && "commitAsync" in journal) {
+  // The next decisions are made on the state the posted batches will make: they commit in order.
+  const inFlight: Promise<void>[] = [];
+  for (let i = 0; i < MAX_COMMITS; i++) {
+    const entries = decide();
+    say({ ev: "pending", entries });
+    inFlight.push(journal.commitAsync(entries).then(() => say({ ev: "committed" })));
+    state = foldEntries(state, entries, recentLimit);
+    if (inFlight.length >= PIPELINE) await inFlight.shift();
+  }
+  await Promise.all(inFlight);
+} else {
+  for (let i = 0; i < MAX_COMMITS; i++) {
+    const entries = decide();
+    say({ ev: "pending", entries });
+    journal.commit(entries);
+    say({ ev: "committed" });
+    state = foldEntries(state, entries, recentLimit);
+  }
 }
 journal.close();
 say({ ev: "done" });

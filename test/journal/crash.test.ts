@@ -8,6 +8,10 @@
  * checks atomicity and recovery; that fsync reaches the disk is SQLite's synchronous=FULL
  * (checked in sqlite.test.ts), which only a power cut could test.
  *
+ * It runs twice: the child committing on its own thread, and the child committing through the
+ * worker-thread journal (src/adapters/journal/worker.ts) with several batches pipelined; then
+ * the journal must hold what was reported plus some prefix of the batches still in flight.
+ *
  * Replay one run: FENCEGATE_CRASH_SEED=<seed printed on failure>.
  */
 import { spawn } from "node:child_process";
@@ -56,7 +60,10 @@ beforeAll(async () => {
     fs.mkdirSync(path.join(repo, "tmp"), { recursive: true });
     bundleDir = fs.mkdtempSync(path.join(repo, "tmp", "crash-child-"));
     const outfile = path.join(bundleDir, "crash-child.mjs");
-    esbuild.buildSync({ entryPoints: [child], bundle: true, platform: "node", format: "esm", target: "node20", external: ["better-sqlite3"], outfile, logLevel: "error" });
+    const common: import("esbuild").BuildOptions = { bundle: true, platform: "node", format: "esm", target: "node20", external: ["better-sqlite3"], logLevel: "error" };
+    esbuild.buildSync({ ...common, entryPoints: [child], outfile });
+    // The bundled worker journal starts ./sqlite-worker.js beside it, as in dist/.
+    esbuild.buildSync({ ...common, entryPoints: [path.join(repo, "src/adapters/journal/sqlite-worker.ts")], outfile: path.join(bundleDir, "sqlite-worker.js") });
     childArgs = [outfile];
     childKind = "esbuild bundle";
   } catch {
@@ -67,19 +74,20 @@ beforeAll(async () => {
 interface Run {
   readonly seed: number;
   readonly committed: JournalEntry[][];
-  readonly pending: JournalEntry[] | null;
+  /** Posted, not acknowledged, oldest first (at most one without the worker). */
+  readonly pending: JournalEntry[][];
   readonly signal: NodeJS.Signals | null;
   readonly startupMs: number;
   readonly killAfterMs: number;
 }
 
 /** Starts the child and SIGKILLs it `killAfterMs` after it is `ready` (or, with `duringLoad`, after `loading`). */
-function runChild(file: string, seed: number, killAfterMs: number, duringLoad: boolean): Promise<Run> {
+function runChild(mode: Mode, file: string, seed: number, killAfterMs: number, duringLoad: boolean): Promise<Run> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const p = spawn(process.execPath, [...childArgs, file, String(seed), String(RECENT_LIMIT)], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
+    const p = spawn(process.execPath, [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "worker" ? ["worker"] : [])], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
     const committed: JournalEntry[][] = [];
-    let pending: JournalEntry[] | null = null;
+    const pending: JournalEntry[][] = [];
     let startupMs = Number.NaN;
     let buffer = "";
     let stderr = "";
@@ -96,10 +104,11 @@ function runChild(file: string, seed: number, killAfterMs: number, duringLoad: b
           startupMs = performance.now() - started;
           if (!duringLoad) killLater();
         }
-        if (line.ev === "pending") pending = line.entries ?? [];
+        if (line.ev === "pending") pending.push(line.entries ?? []);
         if (line.ev === "committed") {
-          committed.push(pending ?? []);
-          pending = null;
+          const oldest = pending.shift();
+          if (oldest === undefined) reject(new Error(`child (seed ${seed}) reported a commit it never posted`));
+          committed.push(oldest ?? []);
         }
       }
     });
@@ -124,10 +133,11 @@ function compareFence(a: Fence, b: Fence): number {
   return a.token !== b.token ? a.token - b.token : (a.seq ?? -1) - (b.seq ?? -1);
 }
 
-let inFlightMadeIt = 0;
+type Mode = "thread" | "worker";
+const inFlightMadeIt: Record<Mode, number> = { thread: 0, worker: 0 };
 
-async function lane(n: number, kills: number, firstSeed: number): Promise<Run[]> {
-  const file = path.join(root, `lane${n}.db`);
+async function lane(mode: Mode, n: number, kills: number, firstSeed: number): Promise<Run[]> {
+  const file = path.join(root, `${mode}-lane${n}.db`);
   const setup = openSqliteJournal({ path: file, recentLimit: RECENT_LIMIT });
   setup.load();
   // One actuator works near the top of the token space, to see large integers survive.
@@ -141,16 +151,21 @@ async function lane(n: number, kills: number, firstSeed: number): Promise<Run[]>
     // One kill in five lands while the child loads (load() writes OUTCOME_UNKNOWN durably).
     const duringLoad = k % 5 === 4;
     const killAfterMs = duringLoad ? Math.floor(random * 3) : 20 + Math.floor(random * 130);
-    const run = await runChild(file, seed, killAfterMs, duringLoad);
+    const run = await runChild(mode, file, seed, killAfterMs, duringLoad);
     runs.push(run);
     const after = load(file);
 
     const upToReported = foldEntries(before, run.committed.flat(), RECENT_LIMIT);
+    // What was reported, plus any prefix of what was in flight (batches commit in order).
     const allowed = [restartAll(upToReported)];
-    if (run.pending !== null) allowed.push(restartAll(foldEntries(upToReported, run.pending, RECENT_LIMIT)));
-    const context = `lane ${n}, seed ${seed}, kill after ${killAfterMs} ms, ${run.committed.length} commits reported`;
-    expect(allowed, `${context}: the journal is neither what was committed nor that plus the commit in flight`).toContainEqual(after);
-    if (allowed.length === 2) inFlightMadeIt += isDeepStrictEqual(after, allowed[1]) ? 1 : 0;
+    let folded = upToReported;
+    for (const batch of run.pending) {
+      folded = foldEntries(folded, batch, RECENT_LIMIT);
+      allowed.push(restartAll(folded));
+    }
+    const context = `${mode}, lane ${n}, seed ${seed}, kill after ${killAfterMs} ms, ${run.committed.length} commits reported, ${run.pending.length} in flight`;
+    expect(allowed, `${context}: the journal is neither what was committed nor that plus a prefix of the commits in flight`).toContainEqual(after);
+    if (allowed.length > 1) inFlightMadeIt[mode] += allowed.slice(1).some((a) => isDeepStrictEqual(after, a)) ? 1 : 0;
     for (const [id, was] of before) {
       const now = after.get(id);
       expect(now, `${context}: ${id} vanished`).toBeDefined();
@@ -162,19 +177,19 @@ async function lane(n: number, kills: number, firstSeed: number): Promise<Run[]>
   return runs;
 }
 
-describe("SqliteJournal under SIGKILL", () => {
+describe.each(["thread", "worker"] as const)("SqliteJournal under SIGKILL, committing on the %s", (mode) => {
   it(`keeps every reported commit and never goes backwards (${KILLS} kills)`, async () => {
     const base = Number(process.env["FENCEGATE_CRASH_SEED"] ?? Date.now() % 1_000_000);
     const perLane = Math.ceil(KILLS / LANES);
-    const runs = (await Promise.all(Array.from({ length: LANES }, (_, n) => lane(n, perLane, base + n * 10_000)))).flat();
+    const runs = (await Promise.all(Array.from({ length: LANES }, (_, n) => lane(mode, n, perLane, base + n * 10_000)))).flat();
 
     expect(runs.length).toBeGreaterThanOrEqual(KILLS);
     const commits = runs.map((r) => r.committed.length);
-    const midCommit = runs.filter((r) => r.pending !== null).length;
+    const midCommit = runs.filter((r) => r.pending.length > 0).length;
     const startup = runs.map((r) => r.startupMs).filter(Number.isFinite).sort((a, b) => a - b);
     console.log(
-      `crash test: seed ${base}, ${runs.length} kills, ${commits.reduce((a, b) => a + b, 0)} commits reported, ` +
-        `${midCommit} kills with a commit in flight (${inFlightMadeIt} of those commits durable), child (${childKind}) start-up median ${startup[startup.length >> 1]?.toFixed(0)} ms`,
+      `crash test (${mode}): seed ${base}, ${runs.length} kills, ${commits.reduce((a, b) => a + b, 0)} commits reported, ` +
+        `${midCommit} kills with a commit in flight (in ${inFlightMadeIt[mode]} of them some were durable), child (${childKind}) start-up median ${startup[startup.length >> 1]?.toFixed(0)} ms`,
     );
     // The kills must land in the work, not only before it.
     expect(commits.filter((c) => c > 0).length).toBeGreaterThan(KILLS / 2);
