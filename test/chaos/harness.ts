@@ -38,9 +38,20 @@ const CONTROLLER = resolve(import.meta.dirname, "controller.ts");
  * loaded two-core machine). Inside node_modules so its bare imports resolve.
  */
 async function bundleCli(): Promise<string> {
-  const out = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid), "fencegate.mjs");
-  await build({ entryPoints: [join(ROOT, "src/cli/main.ts")], bundle: true, platform: "node", format: "esm", packages: "external", target: "node20", outfile: out, logLevel: "warning" });
-  return out;
+  const outdir = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid));
+  // The journal's worker thread is its own entry, beside the CLI, where the compiled
+  // journal looks for it (sqlite-worker.js next to the module; "type": "module" above).
+  await build({
+    entryPoints: { fencegate: join(ROOT, "src/cli/main.ts"), "sqlite-worker": join(ROOT, "src/adapters/journal/sqlite-worker.ts") },
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    packages: "external",
+    target: "node20",
+    outdir,
+    logLevel: "warning",
+  });
+  return join(outdir, "fencegate.js");
 }
 
 /** `fencegate daemon` from the bundle, followed like {@link DaemonProcess.start} follows bin/fencegate.mjs. */
