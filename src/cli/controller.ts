@@ -132,6 +132,29 @@ function formatState(s: ActuatorState): string {
   return [`${s.actuator}: ${s.online ? "online" : "OFFLINE"}`, `  lease  ${lease}`, `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`, `  points ${points || "-"}`].join("\n");
 }
 
+/** `lease renew` and `lease release`: the same request on a token, answered differently. */
+function leaseTokenCommand(
+  verb: "lease/renew" | "lease/release",
+  summary: string,
+  report: (actuator: string, token: number, lease: { holder: string; token: number; ttlMs: number } | null) => [string, unknown],
+): Command {
+  const name = verb.replace("/", " ");
+  return {
+    summary,
+    usage: `fencegate ${name} ACTUATOR --token N`,
+    examples: [`fencegate ${name} valve-1 --token 7 --holder line-2`],
+    options: { token: { type: "string" } },
+    async run(ctx) {
+      const actuator = need(ctx, 0, "ACTUATOR");
+      const token = requiredInteger(ctx.values.token, "token", 1);
+      const client = await ctx.connect();
+      const reply = await client.request(actuator, verb, { holder: client.holder, token });
+      ctx.print(...report(actuator, token, reply.lease as { holder: string; token: number; ttlMs: number } | null));
+      return EXIT.OK;
+    },
+  };
+}
+
 const COMMANDS: Record<string, Command> = {
   "lease acquire": {
     summary: "take the lease on an actuator and print its token",
@@ -148,35 +171,11 @@ const COMMANDS: Record<string, Command> = {
       return EXIT.OK;
     },
   },
-  "lease renew": {
-    summary: "renew a lease before it expires (keeps the token)",
-    usage: "fencegate lease renew ACTUATOR --token N",
-    examples: ["fencegate lease renew valve-1 --token 7 --holder line-2"],
-    options: { token: { type: "string" } },
-    async run(ctx) {
-      const actuator = need(ctx, 0, "ACTUATOR");
-      const token = requiredInteger(ctx.values.token, "token", 1);
-      const client = await ctx.connect();
-      const reply = await client.request(actuator, "lease/renew", { holder: client.holder, token });
-      const lease = reply.lease as { holder: string; token: number; ttlMs: number };
-      ctx.print(`${actuator}: lease ${lease.token} renewed for ${lease.ttlMs} ms`, { actuator, ...lease });
-      return EXIT.OK;
-    },
-  },
-  "lease release": {
-    summary: "give a lease back",
-    usage: "fencegate lease release ACTUATOR --token N",
-    examples: ["fencegate lease release valve-1 --token 7 --holder line-2"],
-    options: { token: { type: "string" } },
-    async run(ctx) {
-      const actuator = need(ctx, 0, "ACTUATOR");
-      const token = requiredInteger(ctx.values.token, "token", 1);
-      const client = await ctx.connect();
-      await client.request(actuator, "lease/release", { holder: client.holder, token });
-      ctx.print(`${actuator}: lease ${token} released`, { actuator, token, released: true });
-      return EXIT.OK;
-    },
-  },
+  "lease renew": leaseTokenCommand("lease/renew", "renew a lease before it expires (keeps the token)", (actuator, token, lease) => [
+    `${actuator}: lease ${token} renewed for ${lease!.ttlMs} ms`,
+    { actuator, ...lease },
+  ]),
+  "lease release": leaseTokenCommand("lease/release", "give a lease back", (actuator, token) => [`${actuator}: lease ${token} released`, { actuator, token, released: true }]),
   send: {
     summary: "send a command under a lease's token",
     usage: "fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]",
