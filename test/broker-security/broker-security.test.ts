@@ -7,7 +7,7 @@
  * unless the configuration says so.
  */
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -98,6 +98,11 @@ beforeAll(async () => {
     execFileSync("mosquitto_passwd", ["-b", ...(user === GATEWAY_USER ? ["-c"] : []), passwordFile, user, password]);
   }
   chmodSync(passwordFile, 0o644);
+  // The committed ACL, copied beside them: the checkout itself may not be readable by the
+  // mosquitto user (a clone inside a mode-700 directory, such as mktemp -d makes).
+  const acl = join(dir, "acl");
+  copyFileSync(ACL, acl);
+  chmodSync(acl, 0o644);
   const tlsPort = await freePort();
   tlsUrl = `mqtts://127.0.0.1:${tlsPort}`;
   broker = teardown.add(
@@ -105,7 +110,7 @@ beforeAll(async () => {
       [
         "allow_anonymous false",
         `password_file ${passwordFile}`,
-        `acl_file ${ACL}`,
+        `acl_file ${acl}`,
         `listener ${tlsPort} 127.0.0.1`,
         `cafile ${pki.caFile}`,
         `certfile ${pki.server.certFile}`,
