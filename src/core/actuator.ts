@@ -406,9 +406,10 @@ function accept(s: Step, cmd: QueuedCommand): void {
   const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: boundRecent([...s.state.recent, record], s.config.limits.recentLimit) });
   s.emit({ kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
+  // The write first: publishing the event and the state is not on the device's path.
+  s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
   s.emit({ kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } });
   s.emit({ kind: "stateChanged" });
-  s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
 }
 
 function boundRecent(recent: readonly CommandRecord[], limit: number): readonly CommandRecord[] {
