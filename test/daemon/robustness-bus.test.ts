@@ -114,10 +114,13 @@ async function quiesce(ms = 150): Promise<void> {
   );
 }
 
-async function lease(c: TestController, actuator: string): Promise<number> {
+/** A lease, and the first seq above every command already accepted under its token (a live holder's acquire reply carries the fence). */
+async function lease(c: TestController, actuator: string): Promise<{ token: number; seq: number }> {
   const r = await c.acquire(actuator, 60_000);
   expect(r.ok, JSON.stringify(r)).toBe(true);
-  return r.lease.token as number;
+  const token = r.lease.token as number;
+  const fenceSeq = r.fence?.token === token ? (r.fence.seq as number | null) : null;
+  return { token, seq: fenceSeq === null ? 0 : fenceSeq + 1 };
 }
 
 describe("two units on one RTU line", () => {
@@ -125,7 +128,7 @@ describe("two units on one RTU line", () => {
     const DURATION_MS = 3000;
     // c1 keeps 8 commands outstanding, c2 one at a time: the greedy one must not crowd out the other.
     const run = async (c: TestController, actuator: string, window: number) => {
-      const token = await lease(c, actuator);
+      const { token } = await lease(c, actuator);
       const replies: Json[] = [];
       let seq = 0;
       const until = performance.now() + DURATION_MS;
@@ -161,8 +164,9 @@ describe("two units on one RTU line", () => {
   });
 
   it("never takes a late reply after a timeout for the answer to the next request of the same unit", async () => {
-    const token = await lease(c2!, "valve-2");
-    expect(await c2!.command("valve-2", token, 1000, { position: 20 })).toMatchObject({ ok: true, applied: { position: 20 } });
+    // c2 still holds valve-2 from the test before, with its commands numbered from 0 upwards.
+    const { token, seq } = await lease(c2!, "valve-2");
+    expect(await c2!.command("valve-2", token, seq, { position: 20 })).toMatchObject({ ok: true, applied: { position: 20 } });
     await quiesce();
     expect(sim!.device(2).targetPosition).toBe(20);
     const timeoutsBefore = await transactions("timeout");
@@ -187,7 +191,7 @@ describe("two units on one RTU line", () => {
       const k = n - first + 1;
       if (k === 2) {
         sim!.setDelay(LATE_MS, 2);
-        sent.command = c2!.command("valve-2", token, 1001, { position: 60 });
+        sent.command = c2!.command("valve-2", token, seq + 1, { position: 60 });
       } else if (ANSWER_MS[k] !== undefined) {
         sim!.setDelay(ANSWER_MS[k]!, 2);
       }
@@ -229,9 +233,9 @@ describe("two units on one RTU line", () => {
     expect(await c2!.read("valve-2")).toMatchObject({ ok: true, state: { online: true, points: { position: 60, actual: 60 } } });
   });
   it("never takes another unit's reply, arriving after the quiet window, for the answer of the unit asked", async () => {
-    const [t1, t2] = [await lease(c1!, "valve-1"), await lease(c2!, "valve-2")];
-    expect(await c1!.command("valve-1", t1, 5000, { position: 25 })).toMatchObject({ ok: true, applied: { position: 25 } });
-    expect(await c2!.command("valve-2", t2, 5000, { position: 75 })).toMatchObject({ ok: true, applied: { position: 75 } });
+    const [l1, l2] = [await lease(c1!, "valve-1"), await lease(c2!, "valve-2")];
+    expect(await c1!.command("valve-1", l1.token, l1.seq, { position: 25 })).toMatchObject({ ok: true, applied: { position: 25 } });
+    expect(await c2!.command("valve-2", l2.token, l2.seq, { position: 75 })).toMatchObject({ ok: true, applied: { position: 75 } });
     await quiesce();
     const before = { ok: await transactions("ok"), timeout: await transactions("timeout"), error: await transactions("error") };
 
