@@ -7,7 +7,7 @@ import type { Server } from "node:http";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
-import { openWorkerJournal, type WorkerJournal } from "./adapters/journal/worker.ts";
+import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
 import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { MqttLink } from "./adapters/mqtt/link.ts";
@@ -37,7 +37,7 @@ function busLink(bus: BusConfig): BusLink {
 
 export interface Daemon {
   readonly gateway: Gateway;
-  readonly journal: WorkerJournal;
+  readonly journal: SqliteJournal;
   readonly link: MqttLink;
   readonly httpPort: number | null;
   /** Drains, flushes and disconnects; resolves when everything is closed. */
@@ -50,10 +50,10 @@ export interface Daemon {
 
 export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
   mkdirSync(dirname(config.journal.path), { recursive: true });
-  // The journal lives in a worker thread: every commit's fsync runs there, off the event
-  // loop. Open and load run there too, so its exclusive lock is held from here to close.
-  const journal = openWorkerJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
-  let snapshots: ReturnType<WorkerJournal["load"]>;
+  // Its exclusive lock is held from here to close; every commit's fdatasync runs on libuv's
+  // thread pool, off the event loop.
+  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
+  let snapshots: ReturnType<SqliteJournal["load"]>;
   try {
     snapshots = journal.load(); // throws JournalError: the caller reports it and exits
   } catch (error) {
@@ -192,9 +192,8 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     healthProblem() {
       if (stopping) return "the gateway is shutting down";
       if (journalFailed) return "the journal failed";
-      // Never blocks: a query would wait behind the commits in flight.
       const problem = journal.problem();
-      return problem === null ? null : `the journal does not answer: ${problem}`;
+      return problem === null ? null : `the journal cannot commit: ${problem}`;
     },
     async stop() {
       if (stopping) return;

@@ -12,10 +12,10 @@ interface Waiter {
  * one durable commit (group commit). Every caller's promise resolves only after the
  * commit that contains its records returned, i.e. after fsync: nobody replies early.
  *
- * With a {@link JournalWriter} (the SQLite journal's worker thread) the commit runs off the
- * event loop and is pipelined: one batch is in flight at a time; what becomes ready
- * meanwhile accumulates and goes as the next single transaction once the previous one is
- * acknowledged. Batches are never reordered. With a plain {@link Journal} (the in-memory
+ * With a {@link JournalWriter} (the SQLite journal) the commit's fsync runs off the event
+ * loop: one batch is in flight at a time; what becomes ready meanwhile accumulates and goes
+ * as the next single transaction once the previous one is durable. Batches are never
+ * reordered. With a plain {@link Journal} (the in-memory
  * one of the tests and the simulator) the commit runs synchronously, as it always did.
  */
 export class GroupCommitter {

@@ -24,10 +24,10 @@ export interface Journal {
 }
 
 /**
- * A journal that can commit off the caller's thread (the SQLite journal's worker). Batches
- * commit in the order of the calls, each as one atomic, durable transaction; a promise
- * resolves only after its batch and every earlier one are synced. A failed commit poisons
- * the writer: that batch and every later one reject.
+ * A journal whose commits become durable off the event loop (the SQLite journal's fdatasync
+ * runs on libuv's thread pool). Batches commit in the order of the calls, each as one
+ * atomic transaction; a promise resolves only after its batch and every earlier one are
+ * synced. A failed commit or sync poisons the writer: that batch and every later one reject.
  */
 export interface JournalWriter {
   commitAsync(entries: readonly JournalEntry[]): Promise<void>;

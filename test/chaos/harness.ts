@@ -39,10 +39,8 @@ const CONTROLLER = resolve(import.meta.dirname, "controller.ts");
  */
 async function bundleCli(): Promise<string> {
   const outdir = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid));
-  // The journal's worker thread is its own entry, beside the CLI, where the compiled
-  // journal looks for it (sqlite-worker.js next to the module; "type": "module" above).
   await build({
-    entryPoints: { fencegate: join(ROOT, "src/cli/main.ts"), "sqlite-worker": join(ROOT, "src/adapters/journal/sqlite-worker.ts") },
+    entryPoints: { fencegate: join(ROOT, "src/cli/main.ts") },
     bundle: true,
     platform: "node",
     format: "esm",

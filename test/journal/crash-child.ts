@@ -4,12 +4,12 @@
  * `pending`, after it `committed`; lines are single small writes to a pipe, so each either
  * arrives whole or not at all.
  *
- * With `worker` as a fourth argument it commits through the worker-thread journal instead,
- * pipelined like the daemon's group committer: up to PIPELINE batches posted and not yet
- * acknowledged; each is reported `pending` when posted and `committed` when acknowledged
- * (acknowledgements come in order, so `committed` always means the oldest pending).
+ * With `pipelined` as a fourth argument it commits with commitAsync instead, like the
+ * daemon's group committer: up to PIPELINE batches made and not yet durable; each is
+ * reported `pending` when made and `committed` when its promise resolves (they resolve in
+ * order, so `committed` always means the oldest pending).
  *
- * Usage: node --import tsx crash-child.ts <journal> <seed> <recentLimit> [worker]
+ * Usage: node --import tsx crash-child.ts <journal> <seed> <recentLimit> [pipelined]
  */
 import fs from "node:fs";
 import type { DurableSnapshot } from "../../src/core/actuator.ts";
@@ -17,7 +17,6 @@ import { EMPTY_SNAPSHOT } from "../../src/core/actuator.ts";
 import type { JournalRecord } from "../../src/core/types.ts";
 import { foldEntries } from "../../src/adapters/journal/memory.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { openWorkerJournal } from "../../src/adapters/journal/worker.ts";
 import type { JournalEntry } from "../../src/shell/ports.ts";
 
 export const ACTUATORS = ["valve-1", "damper-2", "drive-big"] as const;
@@ -34,12 +33,12 @@ const say = (message: object): void => {
 };
 
 say({ ev: "loading" });
-const journal = mode === "worker" ? openWorkerJournal({ path: file, recentLimit }) : openSqliteJournal({ path: file, recentLimit });
+const journal = openSqliteJournal({ path: file, recentLimit });
 let state: ReadonlyMap<string, DurableSnapshot> = journal.load();
 say({ ev: "ready" });
 
-if (mode === "worker" && "commitAsync" in journal) {
-  // The next decisions are made on the state the posted batches will make: they commit in order.
+if (mode === "pipelined") {
+  // The next decisions are made on the state the pending batches will make: they commit in order.
   const inFlight: Promise<void>[] = [];
   for (let i = 0; i < MAX_COMMITS; i++) {
     const entries = decide();

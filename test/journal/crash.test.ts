@@ -5,12 +5,14 @@
  * no token or fence ever went backwards.
  *
  * SIGKILL loses the process, not the machine: what the kernel had accepted survives. This
- * checks atomicity and recovery; that fsync reaches the disk is SQLite's synchronous=FULL
- * (checked in sqlite.test.ts), which only a power cut could test.
+ * checks atomicity and recovery; that a commit is not reported before the fdatasync of the
+ * -wal file that covers it returned is checked in sqlite-async.test.ts and, on the real
+ * system calls, in sqlite-fsync.test.ts. Only a power cut could test the disk itself.
  *
- * It runs twice: the child committing on its own thread, and the child committing through the
- * worker-thread journal (src/adapters/journal/worker.ts) with several batches pipelined; then
- * the journal must hold what was reported plus some prefix of the batches still in flight.
+ * It runs twice: the child committing with commit() (synced before it returns), and the
+ * child committing with commitAsync() with several batches pipelined (as the daemon's group
+ * committer does, with the fdatasync on libuv's pool); then the journal must hold what was
+ * reported plus some prefix of the batches still in flight.
  *
  * Replay one run: FENCEGATE_CRASH_SEED=<seed printed on failure>.
  */
@@ -62,8 +64,6 @@ beforeAll(async () => {
     const outfile = path.join(bundleDir, "crash-child.mjs");
     const common: import("esbuild").BuildOptions = { bundle: true, platform: "node", format: "esm", target: "node20", external: ["better-sqlite3"], logLevel: "error" };
     esbuild.buildSync({ ...common, entryPoints: [child], outfile });
-    // The bundled worker journal starts ./sqlite-worker.js beside it, as in dist/.
-    esbuild.buildSync({ ...common, entryPoints: [path.join(repo, "src/adapters/journal/sqlite-worker.ts")], outfile: path.join(bundleDir, "sqlite-worker.js") });
     childArgs = [outfile];
     childKind = "esbuild bundle";
   } catch {
@@ -74,7 +74,7 @@ beforeAll(async () => {
 interface Run {
   readonly seed: number;
   readonly committed: JournalEntry[][];
-  /** Posted, not acknowledged, oldest first (at most one without the worker). */
+  /** Made, not yet durable, oldest first (at most one when committing sync). */
   readonly pending: JournalEntry[][];
   readonly signal: NodeJS.Signals | null;
   readonly startupMs: number;
@@ -85,7 +85,7 @@ interface Run {
 function runChild(mode: Mode, file: string, seed: number, killAfterMs: number, duringLoad: boolean): Promise<Run> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const p = spawn(process.execPath, [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "worker" ? ["worker"] : [])], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
+    const p = spawn(process.execPath, [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "pipelined" ? ["pipelined"] : [])], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
     const committed: JournalEntry[][] = [];
     const pending: JournalEntry[][] = [];
     let startupMs = Number.NaN;
@@ -133,8 +133,8 @@ function compareFence(a: Fence, b: Fence): number {
   return a.token !== b.token ? a.token - b.token : (a.seq ?? -1) - (b.seq ?? -1);
 }
 
-type Mode = "thread" | "worker";
-const inFlightMadeIt: Record<Mode, number> = { thread: 0, worker: 0 };
+type Mode = "sync" | "pipelined";
+const inFlightMadeIt: Record<Mode, number> = { sync: 0, pipelined: 0 };
 
 async function lane(mode: Mode, n: number, kills: number, firstSeed: number): Promise<Run[]> {
   const file = path.join(root, `${mode}-lane${n}.db`);
@@ -177,7 +177,7 @@ async function lane(mode: Mode, n: number, kills: number, firstSeed: number): Pr
   return runs;
 }
 
-describe.each(["thread", "worker"] as const)("SqliteJournal under SIGKILL, committing on the %s", (mode) => {
+describe.each(["sync", "pipelined"] as const)("SqliteJournal under SIGKILL, committing %s", (mode) => {
   it(`keeps every reported commit and never goes backwards (${KILLS} kills)`, async () => {
     const base = Number(process.env["FENCEGATE_CRASH_SEED"] ?? Date.now() % 1_000_000);
     const perLane = Math.ceil(KILLS / LANES);

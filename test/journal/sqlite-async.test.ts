@@ -1,39 +1,21 @@
 /**
- * The SQLite journal behind its worker thread (src/adapters/journal/worker.ts): the same
- * contract as the in-thread one, then what only the worker has: pipelined commits,
- * acknowledged in order, a failure that rejects its batch and every later one, the lock held
- * by the worker for the journal's whole life, and close() flushing what was posted.
+ * The SQLite journal's asynchronous commits (commitAsync): written at once, counted only
+ * after an fdatasync of the -wal file that started after them, settled in order, and
+ * poisoned by the first failure. The fdatasync is replaced here where a test must hold it
+ * back or fail it; the others run the real one.
  */
 import Database from "better-sqlite3";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { openWorkerJournal, type WorkerJournal } from "../../src/adapters/journal/worker.ts";
+import { openSqliteJournal, type SqliteJournal, type SqliteJournalOptions } from "../../src/adapters/journal/sqlite.ts";
 import type { JournalEntry } from "../../src/shell/ports.ts";
-import { JournalError } from "../../src/shell/ports.ts";
-import { journalContract, type JournalStore } from "./contract.ts";
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-wjournal-"));
+const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-ajournal-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 let files = 0;
 const newPath = (): string => path.join(root, `j${++files}.db`);
-
-function workerStore(recentLimit: number): JournalStore {
-  const file = newPath();
-  return {
-    open: () => openWorkerJournal({ path: file, recentLimit }),
-    dispose: () => {
-      for (const suffix of ["", "-wal", "-shm"]) fs.rmSync(file + suffix, { force: true });
-    },
-  };
-}
-
-// Every open starts a worker (~0.1 s from source, more when the machine is loaded); the
-// SQLite fold itself is checked with 200 runs in sqlite.test.ts, this checks the worker
-// carries it faithfully.
-journalContract("sqlite in a worker thread", workerStore, { propertyRuns: 6 });
 
 const grant = (actuator: string, token: number): JournalEntry => ({ actuator, record: { type: "granted", holder: "ctl-a", token } });
 const intent = (actuator: string, token: number, seq: number): JournalEntry => ({
@@ -41,14 +23,14 @@ const intent = (actuator: string, token: number, seq: number): JournalEntry => (
   record: { type: "intent", holder: "ctl-a", token, seq, set: { position: seq } },
 });
 
-function started(file = newPath()): { file: string; journal: WorkerJournal } {
-  const journal = openWorkerJournal({ path: file, recentLimit: 1000 });
+function started(file = newPath(), options: Partial<SqliteJournalOptions> = {}): { file: string; journal: SqliteJournal } {
+  const journal = openSqliteJournal({ path: file, recentLimit: 1000, ...options });
   journal.load();
   journal.commit([grant("v1", 1)]);
   return { file, journal };
 }
 
-/** What is on disk, read after the worker closed it. */
+/** What is on disk, read after the journal was closed. */
 function seqsOnDisk(file: string): number[] {
   const j = openSqliteJournal({ path: file, recentLimit: 1000 });
   try {
@@ -58,22 +40,82 @@ function seqsOnDisk(file: string): number[] {
   }
 }
 
-describe("WorkerJournal", () => {
-  it("pipelines commits and acknowledges them in the order they were posted", async () => {
+/** An fdatasync that waits until the test lets it run (or fails it). */
+function heldSync() {
+  const held: { fd: number; callback: (err: NodeJS.ErrnoException | null) => void }[] = [];
+  return {
+    held,
+    fdatasync: (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => held.push({ fd, callback }),
+    release(err: NodeJS.ErrnoException | null = null) {
+      const next = held.shift();
+      if (!next) throw new Error("no fdatasync is waiting");
+      if (err === null) fs.fdatasyncSync(next.fd);
+      next.callback(err);
+    },
+  };
+}
+
+const settledYet = async (p: Promise<unknown>): Promise<boolean> => {
+  let settled = false;
+  void p.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  await new Promise((resolve) => setImmediate(resolve));
+  return settled;
+};
+
+describe("SqliteJournal.commitAsync", () => {
+  it("settles many commits in the order they were made, with the real fdatasync", async () => {
     const { file, journal } = started();
     const acks: number[] = [];
     const all = Array.from({ length: 200 }, (_, seq) => journal.commitAsync([intent("v1", 1, seq)]).then(() => acks.push(seq)));
-    expect(journal.inFlight).toBe(200);
     await Promise.all(all);
     expect(acks).toEqual(Array.from({ length: 200 }, (_, i) => i));
+    expect(journal.unsynced).toBe(0);
     journal.close();
     expect(seqsOnDisk(file)).toEqual(acks);
   });
 
-  it("a failed commit rejects its batch and every later one; earlier ones stay committed", async () => {
+  it("resolves a commit only after an fdatasync of the -wal file that started after it", async () => {
+    const sync = heldSync();
+    const { file, journal } = started(newPath(), { fdatasync: sync.fdatasync });
+    const first = journal.commitAsync([intent("v1", 1, 0)]);
+    expect(sync.held).toHaveLength(1);
+    expect(fs.fstatSync(sync.held[0]!.fd).ino).toBe(fs.statSync(`${file}-wal`).ino);
+    // Written while the first sync runs: it waits for a second one, which starts only then.
+    const second = journal.commitAsync([intent("v1", 1, 1)]);
+    expect(sync.held).toHaveLength(1);
+    expect(await settledYet(first)).toBe(false);
+    sync.release();
+    await first;
+    expect(await settledYet(second)).toBe(false);
+    expect(sync.held).toHaveLength(1);
+    sync.release();
+    await second;
+    expect(journal.unsynced).toBe(0);
+    journal.close();
+  });
+
+  it("a failed fdatasync rejects every commit waiting for it and every later one", async () => {
+    const sync = heldSync();
+    const { file, journal } = started(newPath(), { fdatasync: sync.fdatasync });
+    const durable = journal.commitAsync([intent("v1", 1, 0)]);
+    sync.release();
+    await durable;
+    const lost = [journal.commitAsync([intent("v1", 1, 1)]), journal.commitAsync([intent("v1", 1, 2)])];
+    sync.release(Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" }));
+    for (const p of lost) await expect(p).rejects.toThrow(/could not be synced to disk \(EIO.*Check the disk, then restart/);
+    await expect(journal.commitAsync([intent("v1", 1, 3)])).rejects.toThrow(/could not be synced/);
+    expect(() => journal.commit([intent("v1", 1, 3)])).toThrow(/could not be synced/);
+    expect(journal.problem()).toMatch(/could not be synced/);
+    journal.close();
+    expect(seqsOnDisk(file)[0]).toBe(0);
+  });
+
+  it("a failed write rejects its commit and every later one; earlier ones stay committed", async () => {
     const file = newPath();
-    openWorkerJournal({ path: file, recentLimit: 1000 }).close(); // create it
-    // A real SQLite error inside the worker's transaction, at the 13th intent.
+    openSqliteJournal({ path: file, recentLimit: 1000 }).close(); // create it
     const db = new Database(file);
     db.exec("CREATE TRIGGER fail13 BEFORE INSERT ON commands WHEN NEW.seq = 13 BEGIN SELECT RAISE(ABORT, 'injected failure'); END;");
     db.close();
@@ -86,11 +128,9 @@ describe("WorkerJournal", () => {
       ),
     );
     await Promise.all(all);
-    expect(results.map((r) => r.seq)).toEqual(Array.from({ length: 30 }, (_, i) => i)); // settled in order
     expect(results.filter((r) => r.ok).map((r) => r.seq)).toEqual(Array.from({ length: 13 }, (_, i) => i));
-    for (const r of results.slice(13)) expect(r.error).toMatch(/injected failure/);
-    // Poisoned: every later commit is refused without reaching the disk.
-    await expect(journal.commitAsync([intent("v1", 1, 40)])).rejects.toThrow(/injected failure/);
+    for (const r of results.filter((r) => !r.ok)) expect(r.error).toMatch(/injected failure/);
+    expect(results.filter((r) => !r.ok)).toHaveLength(17);
     expect(journal.problem()).toMatch(/injected failure/);
     journal.close();
     const check = new Database(file);
@@ -99,52 +139,37 @@ describe("WorkerJournal", () => {
     expect(seqsOnDisk(file)).toEqual(Array.from({ length: 13 }, (_, i) => i));
   });
 
-  it("close() lets every posted commit finish and settles it before returning", async () => {
-    const { file, journal } = started();
+  it("close() syncs what was written and settles every waiting commit before returning", async () => {
+    const sync = heldSync();
+    const { file, journal } = started(newPath(), { fdatasync: sync.fdatasync });
     const settled: number[] = [];
     const all = Array.from({ length: 50 }, (_, seq) => journal.commitAsync([intent("v1", 1, seq)]).then(() => settled.push(seq)));
+    expect(sync.held).toHaveLength(1); // one on the pool, the rest wait behind it
     journal.close();
     await Promise.all(all);
-    expect(settled).toHaveLength(50);
+    expect(settled).toEqual(Array.from({ length: 50 }, (_, i) => i));
+    sync.release(); // the pool's sync returns after close: its descriptor is closed then, nothing else happens
     expect(seqsOnDisk(file)).toEqual(settled);
     await expect(journal.commitAsync([intent("v1", 1, 99)])).rejects.toThrow(/closed/);
   });
 
-  it("holds the exclusive lock in the worker from open to close", () => {
-    const { file, journal } = started();
-    let refused: unknown = null;
-    try {
-      openSqliteJournal({ path: file, recentLimit: 10, busyTimeoutMs: 50 }).load();
-    } catch (error) {
-      refused = error;
-    }
-    expect(refused).toBeInstanceOf(JournalError);
-    expect((refused as JournalError).message).toMatch(/in use by another process/);
-    expect(() => openWorkerJournal({ path: file, recentLimit: 10, busyTimeoutMs: 50 }).load()).toThrow(/in use by another process/);
-    expect(journal.settings()).toMatchObject({ journalMode: "wal", synchronous: 2, lockingMode: "exclusive" });
+  it("reports a stalled disk while an fdatasync has not returned for too long", async () => {
+    const sync = heldSync();
+    const { journal } = started(newPath(), { fdatasync: sync.fdatasync, syncStallMs: 20 });
+    const commit = journal.commitAsync([intent("v1", 1, 0)]);
+    expect(journal.problem()).toBeNull();
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    expect(journal.problem()).toMatch(/fdatasync of .*-wal has not returned for \d+ s: the disk has stalled/);
+    sync.release();
+    await commit;
+    expect(journal.problem()).toBeNull();
     journal.close();
-    const again = openSqliteJournal({ path: file, recentLimit: 10 });
-    again.load();
-    again.close();
   });
 
-  it("reports open failures as the in-thread journal does, with the same class and message", () => {
-    const file = newPath();
-    fs.writeFileSync(file, "not a database at all, just some text that is long enough to be a header...");
-    let viaWorker: unknown = null;
-    let direct: unknown = null;
-    try {
-      openWorkerJournal({ path: file, recentLimit: 4 }).load();
-    } catch (e) {
-      viaWorker = e;
-    }
-    try {
-      openSqliteJournal({ path: file, recentLimit: 4 }).load();
-    } catch (e) {
-      direct = e;
-    }
-    expect(viaWorker).toBeInstanceOf(JournalError);
-    expect((viaWorker as JournalError).code).toBe((direct as JournalError).code);
-    expect((viaWorker as JournalError).message).toBe((direct as JournalError).message);
+  it("runs WAL with synchronous=NORMAL and its own fdatasync of the -wal, under an exclusive lock", () => {
+    const { file, journal } = started();
+    expect(journal.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "exclusive" });
+    expect(() => openSqliteJournal({ path: file, recentLimit: 10, busyTimeoutMs: 50 }).load()).toThrow(/in use by another process/);
+    journal.close();
   });
 });

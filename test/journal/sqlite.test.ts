@@ -60,9 +60,9 @@ function refusal(file: string, recentLimit = 100): JournalError {
 const RESTORE = /restore the journal from backup, or move it .* aside to start fresh/i;
 
 describe("SqliteJournal", () => {
-  it("runs WAL, synchronous=FULL, an exclusive lock and the schema version", () => {
+  it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, an exclusive lock and the schema version", () => {
     const j = openSqliteJournal({ path: newPath(), recentLimit: 4, busyTimeoutMs: 1234 });
-    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 2, lockingMode: "exclusive", busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
+    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "exclusive", busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
     j.close();
   });
 

@@ -1,6 +1,15 @@
 /**
- * The durable journal on SQLite (better-sqlite3): WAL, `synchronous=FULL` so each commit
- * is fsynced before `commit` returns, one transaction per `commit` call (group commit).
+ * The durable journal on SQLite (better-sqlite3), in WAL mode, one transaction per commit
+ * (group commit).
+ *
+ * Durability: the connection runs `synchronous=NORMAL`, so a transaction's frames go to the
+ * -wal file without an fsync, and this journal then calls `fdatasync` on the -wal file
+ * itself before a commit counts: `commit()` synchronously, `commitAsync()` on libuv's thread
+ * pool, off the event loop (an SD card's fsync takes milliseconds). Every frame of the
+ * commit was written before that fdatasync started, so when it returns the commit is as
+ * durable as under `synchronous=FULL`, which does the same fdatasync inline. NORMAL still
+ * syncs around checkpoints (the -wal before the database file is written, the database
+ * file before the -wal is reused), which is what makes it safe in WAL mode at all.
  *
  * Per actuator it keeps the highest granted token and the fence (one row in `actuators`)
  * and the recent commands in arrival order (`commands`, pruned to `recentLimit` in the same
@@ -17,7 +26,7 @@ import type { DurableSnapshot } from "../../core/actuator.ts";
 import { EMPTY_SNAPSHOT } from "../../core/actuator.ts";
 import { afterRestart, applyRecord, OUTCOME_LOST_IN_RESTART } from "../../core/durable.ts";
 import type { CommandRecord, Fence } from "../../core/types.ts";
-import type { Journal, JournalEntry } from "../../shell/ports.ts";
+import type { Journal, JournalEntry, JournalWriter } from "../../shell/ports.ts";
 import { JournalError } from "../../shell/ports.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
 
@@ -58,12 +67,18 @@ export interface SqliteJournalOptions {
   readonly recentLimit: number;
   /** How long to wait for a lock held by another connection before refusing. */
   readonly busyTimeoutMs?: number;
+  /** An fdatasync running longer than this makes {@link SqliteJournal.problem} report a stalled disk. */
+  readonly syncStallMs?: number;
+  /** The asynchronous fdatasync; tests replace it to hold a sync back or fail it. */
+  readonly fdatasync?: (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => void;
 }
 
 export interface SqliteJournalSettings {
   readonly path: string;
   readonly journalMode: string;
   readonly synchronous: number;
+  /** Commits are made durable by this journal's own fdatasync of the -wal file. */
+  readonly walFdatasync: boolean;
   readonly lockingMode: string;
   readonly busyTimeoutMs: number;
   readonly schemaVersion: number;
@@ -91,7 +106,14 @@ interface CommandRow {
   outcome_json: unknown;
 }
 
-export class SqliteJournal implements Journal {
+/** A commit written to the -wal file, waiting for an fdatasync that started after it. */
+interface Unsynced {
+  readonly index: number;
+  readonly resolve: () => void;
+  readonly reject: (e: unknown) => void;
+}
+
+export class SqliteJournal implements Journal, JournalWriter {
   readonly path: string;
   readonly recentLimit: number;
   /** True when this open created the journal (there was no file). */
@@ -99,13 +121,28 @@ export class SqliteJournal implements Journal {
   readonly #db: Database.Database;
   readonly #commitTx: (entries: readonly JournalEntry[]) => void;
   readonly #stmt: ReturnType<typeof prepare>;
+  readonly #fdatasync: NonNullable<SqliteJournalOptions["fdatasync"]>;
   #loaded = false;
+  /** The -wal file, opened on the first sync; null for ":memory:" (nothing to sync). */
+  #walFd: number | null = null;
+  /** Commits written so far, and how many of them an fdatasync has made durable. */
+  #written = 0;
+  #durable = 0;
+  readonly #unsynced: Unsynced[] = [];
+  #syncing = false;
+  /** performance.now() when the fdatasync on the pool started. */
+  #syncStartedMs = 0;
+  readonly #syncStallMs: number;
+  /** The first failure of an asynchronous commit or sync: every later commit is refused with it. */
+  #failure: Error | null = null;
 
   constructor(db: Database.Database, options: SqliteJournalOptions, fresh: boolean) {
     this.#db = db;
     this.path = options.path;
     this.recentLimit = options.recentLimit;
     this.fresh = fresh;
+    this.#fdatasync = options.fdatasync ?? fs.fdatasync;
+    this.#syncStallMs = options.syncStallMs ?? 10_000;
     this.#stmt = prepare(db);
     this.#commitTx = db.transaction((entries: readonly JournalEntry[]) => this.#write(entries)).immediate;
   }
@@ -117,20 +154,151 @@ export class SqliteJournal implements Journal {
   load(): ReadonlyMap<string, DurableSnapshot> {
     if (!this.#db.open) throw new Error("journal: load() on a closed journal");
     const result = guard(this.path, () => this.#db.transaction(() => this.#loadTx()).immediate());
+    this.#syncNow(); // the OUTCOME_UNKNOWN records made by loading are durable before anything decides on them
     this.#loaded = true;
     return result;
   }
 
+  /** One atomic commit, durable (fdatasync done) when it returns. */
   commit(entries: readonly JournalEntry[]): void {
-    if (!this.#db.open) throw new Error("journal: commit() on a closed journal");
-    if (!this.#loaded) throw new Error("journal: commit() before load(); load() checks the journal and must come first");
-    assertStorable(entries);
+    this.#assertCommittable(entries);
     if (entries.length === 0) return;
-    this.#commitTx(entries);
+    try {
+      this.#commitTx(entries);
+    } catch (error) {
+      this.#refuseLater(error);
+      throw error;
+    }
+    this.#written++;
+    this.#syncNow();
   }
 
+  /**
+   * One atomic commit, written now; the promise resolves once an fdatasync that started
+   * after it has returned. Commits resolve in the order they were made. The first failure
+   * rejects that commit and every later one; a failed sync also rejects every commit still
+   * waiting for one (after a failed fsync nothing unsynced can be trusted), while a failed
+   * write leaves the commits written before it to their sync.
+   */
+  commitAsync(entries: readonly JournalEntry[]): Promise<void> {
+    try {
+      this.#assertCommittable(entries);
+      if (entries.length > 0) this.#commitTx(entries);
+    } catch (error) {
+      this.#refuseLater(error);
+      return Promise.reject(error);
+    }
+    const index = ++this.#written;
+    return new Promise<void>((resolve, reject) => {
+      this.#unsynced.push({ index, resolve, reject });
+      this.#startSync();
+    });
+  }
+
+  /** Why the journal cannot commit (a commit or its sync failed, or a sync hangs), or null. Never blocks. */
+  problem(): string | null {
+    if (this.#failure !== null) return `a commit failed: ${this.#failure.message}`;
+    const syncingForMs = this.#syncing ? performance.now() - this.#syncStartedMs : 0;
+    if (syncingForMs > this.#syncStallMs) {
+      return `an fdatasync of ${this.path}-wal has not returned for ${(syncingForMs / 1000).toFixed(0)} s: the disk has stalled, and no commit can complete until it returns`;
+    }
+    return null;
+  }
+
+  /** Commits written and not yet known durable. */
+  get unsynced(): number {
+    return this.#unsynced.length;
+  }
+
+  /**
+   * Makes everything written durable, settles the waiting commits, and closes. A sync
+   * still running on the thread pool keeps the -wal descriptor until it returns.
+   */
   close(): void {
-    if (this.#db.open) this.#db.close();
+    if (!this.#db.open) return;
+    let problem: unknown = null;
+    if (this.#failure === null && this.#durable < this.#written) {
+      try {
+        this.#syncNow();
+      } catch (error) {
+        problem = error;
+      }
+    }
+    this.#db.close();
+    if (!this.#syncing) this.#closeWal();
+    this.#fail(new Error("journal: the journal was closed before this commit was made durable"));
+    if (problem !== null) throw problem;
+  }
+
+  #assertCommittable(entries: readonly JournalEntry[]): void {
+    if (!this.#db.open) throw new Error("journal: commit() on a closed journal");
+    if (!this.#loaded) throw new Error("journal: commit() before load(); load() checks the journal and must come first");
+    if (this.#failure !== null) throw this.#failure;
+    assertStorable(entries);
+  }
+
+  /** fdatasync of the -wal file, here and now; everything written so far is durable after it. */
+  #syncNow(): void {
+    const upTo = this.#written;
+    const fd = this.#wal();
+    if (fd !== null) fs.fdatasyncSync(fd);
+    this.#synced(upTo);
+  }
+
+  /** One fdatasync at a time on the pool; commits written meanwhile wait for the next one. */
+  #startSync(): void {
+    if (this.#syncing || this.#unsynced.length === 0) return;
+    const upTo = this.#written;
+    let fd: number | null;
+    try {
+      fd = this.#wal();
+    } catch (error) {
+      return this.#fail(error);
+    }
+    if (fd === null) return this.#synced(upTo);
+    this.#syncing = true;
+    this.#syncStartedMs = performance.now();
+    this.#fdatasync(fd, (err) => {
+      this.#syncing = false;
+      if (!this.#db.open) return this.#closeWal(); // close() synced and settled everything
+      if (err) return this.#fail(new Error(`${this.path}-wal could not be synced to disk (${err.message}); nothing after the last durable commit can be trusted. Check the disk, then restart.`));
+      this.#synced(upTo);
+      this.#startSync();
+    });
+  }
+
+  #synced(upTo: number): void {
+    this.#durable = Math.max(this.#durable, upTo);
+    while (this.#unsynced.length > 0 && this.#unsynced[0]!.index <= this.#durable) this.#unsynced.shift()!.resolve();
+  }
+
+  #refuseLater(error: unknown): void {
+    this.#failure ??= error instanceof Error ? error : new Error(String(error));
+  }
+
+  #fail(error: unknown): void {
+    this.#refuseLater(error);
+    for (const waiter of this.#unsynced.splice(0)) waiter.reject(this.#failure);
+  }
+
+  /**
+   * The -wal file's descriptor, opened on first use (the directory is synced then too, as
+   * SQLite does for a new -wal under FULL), and reopened should SQLite ever have replaced
+   * the file (then the old one has no links left). Null for ":memory:".
+   */
+  #wal(): number | null {
+    if (this.path === ":memory:") return null;
+    if (this.#walFd !== null && fs.fstatSync(this.#walFd).nlink > 0) return this.#walFd;
+    this.#closeWal();
+    this.#walFd = fs.openSync(`${this.path}-wal`, "r+");
+    fsyncPath(path.dirname(this.path));
+    return this.#walFd;
+  }
+
+  #closeWal(): void {
+    if (this.#walFd === null) return;
+    fs.closeSync(this.#walFd);
+    this.#walFd = null;
   }
 
   /** What the connection runs with, for the start-up log and the tests. */
@@ -140,6 +308,7 @@ export class SqliteJournal implements Journal {
       path: this.path,
       journalMode: String(db.pragma("journal_mode", { simple: true })),
       synchronous: Number(db.pragma("synchronous", { simple: true })),
+      walFdatasync: this.path !== ":memory:",
       lockingMode: String(db.pragma("locking_mode", { simple: true })),
       busyTimeoutMs: Number(db.pragma("busy_timeout", { simple: true })),
       schemaVersion: Number(db.pragma("user_version", { simple: true })),
@@ -346,8 +515,9 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
     const mode = String(db.pragma("journal_mode = WAL", { simple: true }));
     if (mode !== "wal") throw new JournalError("JOURNAL_UNREADABLE", `${file}: could not switch to WAL mode (got ${mode}).`);
   }
-  // FULL: in WAL mode, NORMAL does not fsync each commit; FULL does.
-  db.pragma("synchronous = FULL");
+  // NORMAL: commits are not synced by SQLite but by the journal's own fdatasync of the -wal
+  // (see the module comment); checkpoints are synced by SQLite.
+  db.pragma("synchronous = NORMAL");
 }
 
 /**
