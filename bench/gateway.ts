@@ -13,11 +13,15 @@
  *   modbus  one FC16 command block (7 registers) to the same simulated device, modbus-serial direct
  *
  * Workloads: latency, scale (scale-out), bus (shared RS-485 line), contention, footprint.
+ * Scale-out runs twice: on this machine's disk, and with every journal fdatasync made
+ * --slow-sync-ms slower (default 5 ms, an SD card; bench/slow-disk.mjs), where the commit
+ * dominates as on a Raspberry Pi and group commit is what lets throughput grow.
  *
  *   npm run bench                        # everything, 5 repeats
  *   npm run bench -- --only latency,bus  # a subset
  *   npm run bench -- --quick             # fewer repeats and shorter runs
  *   npm run bench -- --profile           # also --cpu-prof the daemon (latency, scale 16) and summarise
+ *   npm run bench -- --slow-sync-ms 20   # the slow-disk scale-out with 20 ms per fdatasync
  *
  * Results: a table on stdout, JSON in bench/results/gateway-<time>.json.
  */
@@ -61,6 +65,8 @@ export interface BenchOptions {
   /** Measuring window of the throughput workloads, ms. */
   readonly windowMs: number;
   readonly scaleCounts: readonly number[];
+  /** The scale-out workload runs a second time with every journal fdatasync this much slower (an SD card); 0: not. */
+  readonly slowSyncMs: number;
   readonly profile: boolean;
   /** Print the table (and progress) on stdout. */
   readonly print: boolean;
@@ -79,6 +85,7 @@ export function defaultOptions(quick: boolean): BenchOptions {
     floorSamples: quick ? 500 : 2000,
     windowMs: quick ? 2000 : 5000,
     scaleCounts: [1, 4, 16, 64],
+    slowSyncMs: 5,
     profile: false,
     print: true,
     write: true,
@@ -159,7 +166,12 @@ interface Gateway {
   stop(): Promise<void>;
 }
 
-async function startGateway(world: World, setup: { buses: Record<string, unknown>; actuators: { id: string }[]; profileName?: string; leases?: Record<string, unknown> }): Promise<Gateway> {
+const SLOW_DISK = pathToFileURL(path.join(repo, "bench/slow-disk.mjs")).href;
+
+async function startGateway(
+  world: World,
+  setup: { buses: Record<string, unknown>; actuators: { id: string }[]; profileName?: string; leases?: Record<string, unknown>; slowSyncMs?: number },
+): Promise<Gateway> {
   const dir = fs.mkdtempSync(path.join(world.dir, "gw-"));
   const config = {
     ...gatewayConfig({
@@ -174,6 +186,7 @@ async function startGateway(world: World, setup: { buses: Record<string, unknown
   };
   // One directory per profile: every thread (tsx's loader runs in a worker) writes its own file.
   const nodeArgs = world.profileDir && setup.profileName ? ["--cpu-prof", `--cpu-prof-dir=${path.join(world.profileDir, setup.profileName)}`] : [];
+  if (setup.slowSyncMs) nodeArgs.push("--import", `${SLOW_DISK}?syncMs=${setup.slowSyncMs}`);
   const startedAtMs = performance.now();
   const daemon = DaemonProcess.start(dir, config, { nodeArgs });
   try {
@@ -517,14 +530,16 @@ export interface ScalePoint {
   readonly growthVsLinear: number;
 }
 
-async function scale(world: World, o: BenchOptions): Promise<ScalePoint[]> {
+async function scale(world: World, o: BenchOptions, slowSyncMs = 0): Promise<ScalePoint[]> {
   const sims = await tcpSims(world, Math.max(...o.scaleCounts));
+  const disk = slowSyncMs ? `fdatasync +${slowSyncMs} ms ` : "";
   const points: ScalePoint[] = [];
   const repeats = Math.max(1, Math.min(o.repeats, 3));
   for (const n of o.scaleCounts) {
     const runs: LoadResult[] = [];
     for (let r = 0; r < repeats; r++) {
-      const gw = await startGateway(world, { ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS), ...(r === 0 && n === 16 ? { profileName: "scale-16" } : {}) });
+      const profileName = slowSyncMs ? "scale-16-slow-disk" : "scale-16";
+      const gw = await startGateway(world, { ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS), slowSyncMs, ...(r === 0 && n === 16 ? { profileName } : {}) });
       const { clients, leases } = await acquireAll(world, `scale${n}-${r}`, sims.slice(0, n).map((_, i) => `valve-${i}`));
       runs.push(await closedLoop(gw, leases, o.windowMs, 500));
       await releaseAll(clients, leases);
@@ -546,7 +561,7 @@ async function scale(world: World, o: BenchOptions): Promise<ScalePoint[]> {
     };
     points.push(point);
     world.log(
-      `  scale ${n}: ${perSecond.median.toFixed(0)} commands/s (×${point.growthVsLinear.toFixed(2)} of linear), p99 ${point.p99.median.toFixed(2)} ms, CPU % of a core: daemon ${point.daemonCpuPercent.median.toFixed(0)}, bench ${point.benchCpuPercent.median.toFixed(0)}; machine ${point.machineBusyPercent.median.toFixed(0)} % busy`,
+      `  scale ${disk}${n}: ${perSecond.median.toFixed(0)} commands/s (×${point.growthVsLinear.toFixed(2)} of linear), p99 ${point.p99.median.toFixed(2)} ms, CPU % of a core: daemon ${point.daemonCpuPercent.median.toFixed(0)}, bench ${point.benchCpuPercent.median.toFixed(0)}; machine ${point.machineBusyPercent.median.toFixed(0)} % busy`,
     );
   }
   return points;
@@ -895,6 +910,8 @@ export interface BenchResult {
   runtime?: "dist" | "tsx";
   latency?: LatencyResult;
   scale?: ScalePoint[];
+  /** The same with every journal fdatasync options.slowSyncMs slower. */
+  scaleSlowDisk?: ScalePoint[];
   bus?: BusResult;
   contention?: ContentionResult;
   footprint?: FootprintResult;
@@ -936,7 +953,10 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
     for (const w of o.only) {
       print(`\n${w}:`);
       if (w === "latency") result.latency = await latency(world, o);
-      if (w === "scale") result.scale = await scale(world, o);
+      if (w === "scale") {
+        result.scale = await scale(world, o);
+        if (o.slowSyncMs > 0) result.scaleSlowDisk = await scale(world, o, o.slowSyncMs);
+      }
       if (w === "bus") result.bus = await sharedBus(world, o);
       if (w === "contention") result.contention = await contention(world, o);
       if (w === "footprint") result.footprint = await footprint(world, o);
@@ -974,11 +994,13 @@ function judge(r: BenchResult): void {
     t.push({ name: "latency p99 / floors' p99 sum", value: `×${r.latency.ratioP99.median.toFixed(2)}`, target: "≤ ×3", met: r.latency.ratioP99.median <= 3 });
   }
   if (r.bus) t.push({ name: "shared bus commands / line limit", value: pct(r.bus.fractionOfLimit.median), target: "≥ 90 %", met: r.bus.fractionOfLimit.median >= 0.9 });
-  if (r.scale) {
-    for (const p of r.scale.filter((p) => p.actuators > 1 && p.actuators <= 16)) {
-      t.push({ name: `scale-out ${p.actuators} actuators vs linear`, value: `×${p.growthVsLinear.toFixed(2)}`, target: "≥ ×0.7", met: p.growthVsLinear >= 0.7 });
+  const scaleTargets = (points: readonly ScalePoint[] | undefined, disk: string) => {
+    for (const p of (points ?? []).filter((p) => p.actuators > 1 && p.actuators <= 16)) {
+      t.push({ name: `scale-out ${p.actuators} actuators vs linear, ${disk}`, value: `×${p.growthVsLinear.toFixed(2)}`, target: "≥ ×0.7", met: p.growthVsLinear >= 0.7 });
     }
-  }
+  };
+  scaleTargets(r.scale, "this disk");
+  scaleTargets(r.scaleSlowDisk, `fdatasync +${r.options.slowSyncMs} ms`);
   if (r.contention) {
     const free = r.contention.repeats.every((x) => x.refusalsFree);
     t.push({ name: "contention: refusals cost no device transaction", value: free ? "yes" : "NO", target: "yes", met: free });
@@ -1015,15 +1037,17 @@ function report(r: BenchResult): void {
     console.log(`  pooled (n=${L.pooled.n}): p50 ${L.pooled.p50.toFixed(3)}, p99 ${L.pooled.p99.toFixed(3)}, p99.9 ${L.pooled.p999.toFixed(3)}, max ${L.pooled.max.toFixed(3)} ms`);
     console.log(`  daemon CPU per command ${sp(L.daemonCpuMsPerCommand)} ms`);
   }
-  if (r.scale) {
-    console.log(`\nscale-out: N actuators on N Modbus TCP links, one controller each, closed loop, ${r.options.windowMs} ms windows`);
+  const scaleTable = (points: readonly ScalePoint[], disk: string) => {
+    console.log(`\nscale-out, ${disk}: N actuators on N Modbus TCP links, one controller each, closed loop, ${r.options.windowMs} ms windows`);
     console.log(`  ${"N".padStart(3)}  ${"commands/s".padEnd(36)} ${"vs linear".padEnd(10)} ${"p50 ms".padEnd(8)} ${"p99 ms".padEnd(36)} CPU %: daemon bench machine  RSS max MB`);
-    for (const p of r.scale) {
+    for (const p of points) {
       const cpu = `${p.daemonCpuPercent.median.toFixed(0).padStart(6)} ${p.benchCpuPercent.median.toFixed(0).padStart(5)} ${p.machineBusyPercent.median.toFixed(0).padStart(7)}`;
       console.log(`  ${String(p.actuators).padStart(3)}  ${sp(p.perSecond, 0).padEnd(36)} ${`×${p.growthVsLinear.toFixed(2)}`.padEnd(10)} ${p.p50.median.toFixed(2).padEnd(8)} ${sp(p.p99, 2).padEnd(36)} ${cpu}        ${p.rssMaxMb.median.toFixed(1)}`);
     }
     console.log(`  (CPU: daemon and bench in % of one core; machine in % of all ${r.machine.cpus} cores, everyone's work included)`);
-  }
+  };
+  if (r.scale) scaleTable(r.scale, "this disk");
+  if (r.scaleSlowDisk) scaleTable(r.scaleSlowDisk, `every journal fdatasync +${r.options.slowSyncMs} ms (an SD card, emulated)`);
   if (r.bus) {
     const B = r.bus;
     console.log(`\nshared bus: ${B.units} units on one pty line, line-rate emulated at ${B.baud} baud, polls every ${B.pollIntervalMs} ms`);
@@ -1069,17 +1093,20 @@ async function main(): Promise<void> {
       quick: { type: "boolean", default: false },
       repeats: { type: "string" },
       profile: { type: "boolean", default: false },
+      "slow-sync-ms": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
   if (values.help) {
-    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile]`);
+    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile] [--slow-sync-ms N (0: no slow-disk scale-out)]`);
     return;
   }
   const base = defaultOptions(values.quick);
   const only = values.only ? values.only.split(",").map((s) => s.trim()) : [...WORKLOADS];
   for (const w of only) if (!(WORKLOADS as readonly string[]).includes(w)) throw new Error(`--only: unknown workload "${w}" (${WORKLOADS.join(", ")})`);
-  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile });
+  const slowSyncMs = values["slow-sync-ms"] === undefined ? base.slowSyncMs : Number(values["slow-sync-ms"]);
+  if (!Number.isFinite(slowSyncMs) || slowSyncMs < 0 || slowSyncMs > 1000) throw new Error("--slow-sync-ms: a number of milliseconds from 0 to 1000");
+  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile, slowSyncMs });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
