@@ -318,9 +318,14 @@ export class SqliteJournal implements Journal, JournalWriter {
   #write(entries: readonly JournalEntry[]): void {
     const s = this.#stmt;
     const heads = new Map<string, Head>();
+    const stored = new Map<string, Head>();
     const appended = new Set<string>();
     for (const { actuator, record } of entries) {
-      const head = heads.get(actuator) ?? this.#readHead(actuator);
+      let head = heads.get(actuator);
+      if (head === undefined) {
+        head = this.#readHead(actuator);
+        stored.set(actuator, head);
+      }
       // The head follows applyRecord exactly; with no recent list it costs nothing.
       const next = applyRecord({ ...head, recent: [] }, record, 0);
       heads.set(actuator, { highestGranted: next.highestGranted, fence: next.fence });
@@ -331,7 +336,12 @@ export class SqliteJournal implements Journal, JournalWriter {
         s.attachOutcome.run(JSON.stringify(record.outcome), actuator, record.token, record.seq);
       }
     }
-    for (const [actuator, head] of heads) s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq);
+    for (const [actuator, head] of heads) {
+      // An outcome leaves the head as it was: no write (one page less in the -wal per command).
+      const before = stored.get(actuator)!;
+      if (before !== EMPTY_SNAPSHOT && sameHead(before, head)) continue;
+      s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq);
+    }
     // Pruning once per commit keeps the same records as pruning after each intent: what an
     // earlier intent pushed out is older than the newest recentLimit at the end too.
     for (const actuator of appended) s.prune.run(actuator, actuator, this.recentLimit);
@@ -450,6 +460,10 @@ function describe(x: unknown): string {
   if (typeof x === "string") return `the text ${truncate(JSON.stringify(x))}`;
   if (x instanceof Uint8Array) return `a blob of ${x.length} bytes`;
   return String(x);
+}
+
+function sameHead(a: Head, b: Head): boolean {
+  return a.highestGranted === b.highestGranted && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
 }
 
 function truncate(s: string): string {

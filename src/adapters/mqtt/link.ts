@@ -11,6 +11,7 @@
  */
 import { readFileSync } from "node:fs";
 import net from "node:net";
+import type { Writable } from "node:stream";
 import tls from "node:tls";
 import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket } from "mqtt";
 import type { Logger } from "pino";
@@ -77,6 +78,7 @@ export class MqttLink implements Outbox {
   readonly counters: MqttLinkCounters = { requests: 0, unanswerable: new Map(), refusedAtEdge: new Map() };
   private readonly base: string;
   private readonly v5: boolean;
+  private corked: Writable | null = null;
 
   constructor(private readonly options: MqttLinkOptions) {
     this.base = options.mqtt.baseTopic;
@@ -200,7 +202,25 @@ export class MqttLink implements Outbox {
   private publish(topic: string, payload: string, opts: IClientPublishOptions): void {
     const client = this.client;
     if (!client?.connected) return;
+    this.coalesceWrites(client);
     client.publish(topic, payload, opts);
+  }
+
+  /**
+   * Holds the socket's writes until the end of this turn of the event loop, so the reply,
+   * events and states one turn publishes (five packets per command, and the PUBACKs) leave
+   * in one write instead of one each: a write is a system call, and they were 10 % of the
+   * daemon's CPU at 16 busy actuators. Released in the same turn (setImmediate).
+   */
+  private coalesceWrites(client: MqttClient): void {
+    const stream = client.stream as Writable | undefined;
+    if (stream === undefined || this.corked === stream) return;
+    stream.cork();
+    this.corked = stream;
+    setImmediate(() => {
+      if (this.corked === stream) this.corked = null;
+      stream.uncork();
+    });
   }
 
   reply(ref: number, reply: OutboundReply): void {
