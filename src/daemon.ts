@@ -132,6 +132,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   const gateway = new Gateway(
     {
       journal,
+      gatherMaxMs: config.journal.gatherMaxMs,
       clock: realClock,
       scheduler: realScheduler,
       outbox,

@@ -434,6 +434,11 @@ const commands = z.strictObject({
 const journal = z.strictObject({
   /** The SQLite journal; relative to the configuration file's directory. */
   path: text("journal file path").default("/var/lib/fencegate/journal.db"),
+  /**
+   * With several actuators busy, how long a commit that finds the disk idle may wait for
+   * their records to share its fdatasync; at most half the recent fdatasync time.
+   */
+  gatherMaxMs: ms(0, 50).default(2),
 }).prefault({});
 
 const logging = z.strictObject({

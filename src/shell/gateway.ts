@@ -53,6 +53,8 @@ export interface GatewayDeps {
   readonly actuators: readonly ActuatorBinding[];
   /** Called when the journal cannot commit: nothing more may be decided. */
   readonly onFatal: (err: unknown) => void;
+  /** How long a journal batch that finds the disk idle may wait for other actuators' records (see GroupCommitter). */
+  readonly gatherMaxMs?: number;
   /** The core's transition function; only the simulator's checker tests replace it (with a broken rule). */
   readonly step?: typeof step;
 }
@@ -278,7 +280,7 @@ export class Gateway {
     readonly deps: GatewayDeps,
     snapshots: ReadonlyMap<string, DurableSnapshot>,
   ) {
-    this.committer = new GroupCommitter(deps.journal, deps.scheduler);
+    this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, { gatherMaxMs: deps.gatherMaxMs ?? 0 });
     for (const binding of deps.actuators) {
       this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
     }

@@ -1,15 +1,16 @@
 /**
- * The GroupCommitter over an asynchronous JournalWriter (the worker journal's shape), with
+ * The GroupCommitter over an asynchronous JournalWriter (the SQLite journal's shape), with
  * commits completed by hand: one batch in flight, what arrives meanwhile goes as the next
  * single batch, FIFO, nobody resolved before their batch is acknowledged, and a failure
- * rejects the batch in flight and everything after it.
+ * rejects the batch in flight and everything after it. Then gathering, under a hand-driven
+ * clock: who waits for other actuators' records, for how long, and who never waits.
  */
 import { describe, expect, it } from "vitest";
 import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
 import { GroupCommitter } from "../../src/shell/group-commit.ts";
-import type { Journal, JournalEntry, JournalWriter, Scheduler } from "../../src/shell/ports.ts";
+import type { Clock, Journal, JournalEntry, JournalWriter, Scheduler } from "../../src/shell/ports.ts";
 
-const entry = (seq: number): JournalEntry => ({ actuator: "v1", record: { type: "fenceObserved", token: 1, seq } });
+const entry = (seq: number, actuator = "v1"): JournalEntry => ({ actuator, record: { type: "fenceObserved", token: 1, seq } });
 
 class ManualWriter implements Journal, JournalWriter {
   readonly batches: { seqs: number[]; resolve: () => void; reject: (e: unknown) => void }[] = [];
@@ -29,12 +30,13 @@ class ManualWriter implements Journal, JournalWriter {
 
 /** defer() runs on the next macrotask, like setImmediate. */
 const scheduler: Scheduler = { at: () => () => {}, defer: (fn) => void setImmediate(fn) };
+const clock: Clock = { monotonicMs: () => 0, wallNow: () => new Date(0) };
 const turn = () => new Promise<void>((r) => setImmediate(r));
 
 describe("GroupCommitter over an asynchronous writer", () => {
   it("keeps one batch in flight and sends what accumulated as the next, in order", async () => {
     const w = new ManualWriter();
-    const gc = new GroupCommitter(w, scheduler);
+    const gc = new GroupCommitter(w, scheduler, clock);
     const done: number[] = [];
     const track = (seq: number) => void gc.persist([entry(seq)]).then(() => done.push(seq));
     track(0);
@@ -62,7 +64,7 @@ describe("GroupCommitter over an asynchronous writer", () => {
 
   it("a failure rejects the batch in flight, the ones waiting behind it, and every later persist", async () => {
     const w = new ManualWriter();
-    const gc = new GroupCommitter(w, scheduler);
+    const gc = new GroupCommitter(w, scheduler, clock);
     const outcome: string[] = [];
     const track = (seq: number) =>
       gc.persist([entry(seq)]).then(
@@ -84,11 +86,119 @@ describe("GroupCommitter over an asynchronous writer", () => {
   it("with a synchronous journal commits in the deferred turn, as before", async () => {
     const j = new MemoryJournal({ recentLimit: 4 });
     j.load();
-    const gc = new GroupCommitter(j, scheduler);
+    const gc = new GroupCommitter(j, scheduler, clock);
     const a = gc.persist([entry(0)]);
     const b = gc.persist([entry(1)]);
     await Promise.all([a, b]);
     expect(j.commitCount).toBe(1);
     expect(gc.commits).toBe(1);
+  });
+});
+
+/** A clock moved by hand, and timers that fire when it passes them. */
+class ManualTime implements Clock, Scheduler {
+  nowMs = 0;
+  private timers: { atMs: number; fn: () => void }[] = [];
+  monotonicMs(): number {
+    return this.nowMs;
+  }
+  wallNow(): Date {
+    return new Date(this.nowMs);
+  }
+  at(atMs: number, fn: () => void): () => void {
+    const timer = { atMs, fn };
+    this.timers.push(timer);
+    return () => (this.timers = this.timers.filter((t) => t !== timer));
+  }
+  defer(fn: () => void): void {
+    setImmediate(fn);
+  }
+  async advance(ms: number): Promise<void> {
+    this.nowMs += ms;
+    for (const t of this.timers.filter((t) => t.atMs <= this.nowMs)) {
+      this.timers = this.timers.filter((x) => x !== t);
+      t.fn();
+    }
+    await turn();
+  }
+}
+
+describe("GroupCommitter gathering (gatherMaxMs)", () => {
+  /** A committer whose recent batches carried `actuators`, each sync having taken `syncMs`. */
+  async function warmed(syncMs: number, actuators = ["a", "b"], gatherMaxMs = 2) {
+    const time = new ManualTime();
+    const w = new ManualWriter();
+    const gc = new GroupCommitter(w, time, time, { gatherMaxMs });
+    for (let i = 0; i < 30; i++) {
+      for (const a of actuators) void gc.persist([entry(i, a)]);
+      await turn();
+      await time.advance(syncMs);
+      w.batches.at(-1)!.resolve();
+      await turn();
+    }
+    expect(w.batches).toHaveLength(30); // warming never waited: every batch held all actuators
+    return { time, w, gc };
+  }
+  const lastBatch = (w: ManualWriter) => w.batches.at(-1)!.seqs.length;
+
+  it("a record finding the disk idle waits for the other busy actuator's and goes with it as soon as it arrives", async () => {
+    const { time, w, gc } = await warmed(6);
+    void gc.persist([entry(100, "a")]);
+    await turn();
+    await time.advance(1);
+    expect(w.batches).toHaveLength(30); // waiting for b
+    void gc.persist([entry(100, "b")]);
+    await turn();
+    expect(w.batches).toHaveLength(31);
+    expect(lastBatch(w)).toBe(2);
+  });
+
+  it("goes alone once gatherMaxMs has passed without the other", async () => {
+    const { time, w, gc } = await warmed(6);
+    void gc.persist([entry(100, "a")]);
+    await turn();
+    await time.advance(1.9);
+    expect(w.batches).toHaveLength(30);
+    await time.advance(0.1);
+    expect(w.batches).toHaveLength(31);
+    expect(lastBatch(w)).toBe(1);
+  });
+
+  it("on a fast disk waits at most half the recent sync time", async () => {
+    const { time, w, gc } = await warmed(0.2);
+    void gc.persist([entry(100, "a")]);
+    await turn();
+    expect(w.batches).toHaveLength(30);
+    await time.advance(0.1);
+    expect(w.batches).toHaveLength(31);
+  });
+
+  it("never waits when only one actuator is busy", async () => {
+    const { w, gc } = await warmed(6, ["a"]);
+    void gc.persist([entry(100, "a")]);
+    await turn();
+    expect(w.batches).toHaveLength(31);
+  });
+
+  it("never waits with gatherMaxMs 0", async () => {
+    const { w, gc } = await warmed(6, ["a", "b"], 0);
+    void gc.persist([entry(100, "a")]);
+    await turn();
+    expect(w.batches).toHaveLength(31);
+  });
+
+  it("a record that waited behind a sync in flight goes the moment the disk is free", async () => {
+    const { time, w, gc } = await warmed(6);
+    void gc.persist([entry(100, "a")]);
+    void gc.persist([entry(100, "b")]);
+    await turn();
+    expect(w.batches).toHaveLength(31);
+    void gc.persist([entry(101, "a")]); // behind the sync in flight
+    await time.advance(6);
+    w.batches.at(-1)!.resolve();
+    await turn();
+    await turn();
+    expect(w.batches).toHaveLength(32);
+    expect(lastBatch(w)).toBe(1);
   });
 });
