@@ -26,6 +26,7 @@ import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { sendControl } from "../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+import { startSimProcess, type SimProcess } from "../support/sim-process.ts";
 import { check, monoMs, type ControllerEntry, type DaemonLife, type DeviceEntry, type Verdict } from "./history.ts";
 
 const A = "valve-1";
@@ -115,32 +116,8 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 type Fault = "pause" | "broker" | "link" | "power" | "restart";
 
-/** A running `fencegate sim` process. */
-interface SimProcess {
-  readonly child: ChildProcess;
-  readonly exited: Promise<void>;
-}
-
-async function startSim(bin: string, serial: string, stateFile: string, control: string): Promise<SimProcess> {
-  const child = spawn(process.execPath, [bin, "sim", "--serial", serial, "--state", stateFile, "--control", control, "--rate", "0"], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  const exited = new Promise<void>((r) => child.once("exit", () => r()));
-  let out = "";
-  let err = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err += s));
-  await new Promise<void>((resolveReady, reject) => {
-    const timer = setTimeout(() => reject(new Error(`fencegate sim not ready in 20 s: ${err}`)), 20_000);
-    child.stdout!.setEncoding("utf8").on("data", (s: string) => {
-      out += s;
-      if (out.includes('"ready":true')) {
-        clearTimeout(timer);
-        resolveReady();
-      }
-    });
-    void exited.then(() => reject(new Error(`fencegate sim exited: ${err}`)));
-  });
-  return { child, exited };
+function startSim(bin: string, serial: string, stateFile: string, control: string): Promise<SimProcess> {
+  return startSimProcess(bin, ["--serial", serial, "--state", stateFile, "--control", control, "--rate", "0"]);
 }
 
 async function stopChild(child: ChildProcess, exited: Promise<unknown>, graceMs = 3000): Promise<void> {

@@ -1,0 +1,31 @@
+/**
+ * `fencegate sim` as its own process, as a real actuator is its own device: the simulator
+ * then answers on its own CPU time, not between the controllers' and the test's work.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+
+export interface SimProcess {
+  readonly child: ChildProcess;
+  readonly exited: Promise<void>;
+}
+
+/** Starts `node <bin> sim <args>` and resolves once it printed its ready line. */
+export async function startSimProcess(bin: string, args: readonly string[], readyTimeoutMs = 20_000): Promise<SimProcess> {
+  const child = spawn(process.execPath, [bin, "sim", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  const exited = new Promise<void>((r) => child.once("exit", () => r()));
+  let out = "";
+  let err = "";
+  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err += s));
+  await new Promise<void>((resolveReady, reject) => {
+    const timer = setTimeout(() => reject(new Error(`fencegate sim not ready in ${readyTimeoutMs / 1000} s: ${err}`)), readyTimeoutMs);
+    child.stdout!.setEncoding("utf8").on("data", (s: string) => {
+      out += s;
+      if (out.includes('"ready":true')) {
+        clearTimeout(timer);
+        resolveReady();
+      }
+    });
+    void exited.then(() => reject(new Error(`fencegate sim exited: ${err}`)));
+  });
+  return { child, exited };
+}
