@@ -153,6 +153,9 @@ export class MqttLink implements Outbox {
   }
 
   private onMessage(topic: string, payload: Buffer, packet: IPublishPacket): void {
+    // The PUBACK mqtt.js writes after this handler joins the turn's one write, instead of a
+    // write of its own ahead of the command's way to the journal.
+    if (this.client) this.coalesceWrites(this.client);
     const sink = this.sink;
     const where = parseRequestTopic(this.base, topic);
     if (!sink || !where) return;
