@@ -19,9 +19,10 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { build } from "esbuild";
 import { stringify } from "yaml";
+import { DIST_MAIN, ENTRY_POINTS } from "../../bin/dist.mjs";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { sendControl } from "../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
@@ -39,10 +40,10 @@ const CONTROLLER = resolve(import.meta.dirname, "controller.ts");
  */
 async function bundleCli(): Promise<string> {
   const outdir = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid));
-  // The journal's worker thread is its own entry, beside the CLI, where the compiled
-  // journal looks for it (sqlite-worker.js next to the module; "type": "module" above).
+  // The build's entry points (bin/dist.mjs), side by side as in dist/ ("type": "module"
+  // above): the CLI, and whatever it starts from beside its own module.
   await build({
-    entryPoints: { fencegate: join(ROOT, "src/cli/main.ts"), "sqlite-worker": join(ROOT, "src/adapters/journal/sqlite-worker.ts") },
+    entryPoints: ENTRY_POINTS,
     bundle: true,
     platform: "node",
     format: "esm",
@@ -51,7 +52,7 @@ async function bundleCli(): Promise<string> {
     outdir,
     logLevel: "warning",
   });
-  return join(outdir, "fencegate.js");
+  return join(outdir, basename(DIST_MAIN));
 }
 
 /** `fencegate daemon` from the bundle, followed like {@link DaemonProcess.start} follows bin/fencegate.mjs. */
