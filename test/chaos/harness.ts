@@ -23,6 +23,7 @@ import { basename, join, resolve } from "node:path";
 import { build } from "esbuild";
 import { stringify } from "yaml";
 import { DIST_MAIN, ENTRY_POINTS } from "../../bin/dist.mjs";
+import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { sendControl } from "../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
@@ -59,7 +60,7 @@ async function bundleCli(): Promise<string> {
 function spawnDaemon(bin: string, dir: string, config: Record<string, unknown>): DaemonProcess {
   const file = join(dir, "gateway.yaml");
   writeFileSync(file, stringify(config));
-  const child = spawn(process.execPath, [bin, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...NODE_FLAGS, bin, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
   // DaemonProcess's constructor is private to keep tests on start(); the log following is what is wanted here.
   return new (DaemonProcess as unknown as new (child: ChildProcess) => DaemonProcess)(child);
 }
