@@ -1,13 +1,22 @@
-// Whether the compiled build in dist/ (npm run build) may run instead of the TypeScript
-// sources: it exists and no source file is newer than it. A stale build falls back to the
-// sources, so an edit is never silently ignored; the check costs ~1 ms (a stat per file).
+// Whether the build in dist/ (npm run build, an esbuild bundle) may run instead of the
+// TypeScript sources: it exists and no source file is newer than it. A stale build falls back
+// to the sources, so an edit is never silently ignored; the check costs ~1 ms (a stat per
+// file).
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
-export const DIST_MAIN = join(ROOT, "dist/src/cli/main.js");
-const STAMP = join(ROOT, "dist/.built");
+export const DIST = join(ROOT, "dist");
+/**
+ * The build's entry points (bin/build.mjs bundles each into dist/<name>.js; the modules they
+ * import dynamically become chunks beside them), the one list of them.
+ */
+export const ENTRY_POINTS = {
+  fencegate: join(ROOT, "src/cli/main.ts"),
+};
+export const DIST_MAIN = join(DIST, "fencegate.js");
+export const STAMP = join(DIST, ".built");
 const SOURCES = ["src", "firmware-bridge/src"];
 
 function newestMtimeMs(dir) {

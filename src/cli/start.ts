@@ -5,15 +5,16 @@
  * runs the daemon until Ctrl-C.
  */
 import { mkdirSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { localOrEmbeddedBroker } from "../dev/broker.ts";
+import { PACKAGE_ROOT } from "../package-root.ts";
 import { EXIT, serve } from "./daemon.ts";
 
-export const EMBEDDED_CONFIG = resolve(import.meta.dirname, "../../config/embedded.yaml");
+export const EMBEDDED_CONFIG = join(PACKAGE_ROOT, "config/embedded.yaml");
 
 const HELP = `usage: fencegate start [--config FILE]
 

@@ -18,6 +18,7 @@ import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig, MqttConfig, RtuBusConfig, TcpBusConfig } from "../config/schema.ts";
+import { PACKAGE_ROOT } from "../package-root.ts";
 import { JournalError } from "../shell/ports.ts";
 
 export type Status = "ok" | "info" | "warn" | "fail";
@@ -67,7 +68,7 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
 // ---------------------------------------------------------------------------------------
 // Node, user, clock
 
-const PACKAGE_JSON = path.resolve(import.meta.dirname, "../../package.json");
+const PACKAGE_JSON = path.join(PACKAGE_ROOT, "package.json");
 
 export function checkNode(version = process.versions.node): Finding {
   const range = (JSON.parse(fs.readFileSync(PACKAGE_JSON, "utf8")) as { engines?: { node?: string } }).engines?.node ?? "";

@@ -19,9 +19,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { build } from "esbuild";
 import { stringify } from "yaml";
+import { DIST_MAIN, ENTRY_POINTS } from "../../bin/dist.mjs";
+import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { sendControl } from "../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
@@ -40,8 +42,9 @@ const CONTROLLER = resolve(import.meta.dirname, "controller.ts");
  */
 async function bundleCli(): Promise<string> {
   const outdir = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid));
+  // The build's entry points (bin/dist.mjs), as in dist/ ("type": "module" above).
   await build({
-    entryPoints: { fencegate: join(ROOT, "src/cli/main.ts") },
+    entryPoints: ENTRY_POINTS,
     bundle: true,
     platform: "node",
     format: "esm",
@@ -50,14 +53,14 @@ async function bundleCli(): Promise<string> {
     outdir,
     logLevel: "warning",
   });
-  return join(outdir, "fencegate.js");
+  return join(outdir, basename(DIST_MAIN));
 }
 
 /** `fencegate daemon` from the bundle, followed like {@link DaemonProcess.start} follows bin/fencegate.mjs. */
 function spawnDaemon(bin: string, dir: string, config: Record<string, unknown>): DaemonProcess {
   const file = join(dir, "gateway.yaml");
   writeFileSync(file, stringify(config));
-  const child = spawn(process.execPath, [bin, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...NODE_FLAGS, bin, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
   // DaemonProcess's constructor is private to keep tests on start(); the log following is what is wanted here.
   return new (DaemonProcess as unknown as new (child: ChildProcess) => DaemonProcess)(child);
 }

@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { stringify } from "yaml";
+import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { FENCED, PLAIN } from "../../firmware-bridge/src/profile.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
@@ -88,11 +89,11 @@ export class DaemonProcess {
     this.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   }
 
-  /** Writes `config` as YAML into `dir` and starts the daemon on it. */
+  /** Writes `config` as YAML into `dir` and starts the daemon on it, with the production V8 flags. */
   static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[] } = {}): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(process.execPath, [...(options.nodeArgs ?? []), FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     return new DaemonProcess(child);
   }
 
