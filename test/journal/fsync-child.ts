@@ -4,14 +4,14 @@
  * resolves) with single write(2) calls that strace shows in order with the journal's own
  * system calls.
  *
- * Usage: node --import tsx fsync-child.ts <journal> <commits>
+ * Usage: node --import tsx fsync-child.ts <journal> <commits> <checkpointEveryCommits>
  */
 import fs from "node:fs";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 
-const [file, countText] = process.argv.slice(2);
-if (file === undefined || countText === undefined) throw new Error("usage: fsync-child.ts <journal> <commits>");
-const journal = openSqliteJournal({ path: file, recentLimit: 16 });
+const [file, countText, everyText] = process.argv.slice(2);
+if (file === undefined || countText === undefined || everyText === undefined) throw new Error("usage: fsync-child.ts <journal> <commits> <checkpointEveryCommits>");
+const journal = openSqliteJournal({ path: file, recentLimit: 16, checkpointEveryCommits: Number(everyText) });
 journal.load();
 journal.commit([{ actuator: "v1", record: { type: "granted", holder: "ctl-a", token: 1 } }]);
 const all: Promise<void>[] = [];

@@ -173,3 +173,66 @@ describe("SqliteJournal.commitAsync", () => {
     journal.close();
   });
 });
+
+describe("SqliteJournal checkpoints", () => {
+  /** The grant and three commits, each synced, with checkpointEveryCommits 4: the third sync's return starts the checkpoint. */
+  async function atCheckpoint() {
+    const sync = heldSync();
+    const { file, journal } = started(newPath(), { fdatasync: sync.fdatasync, checkpointEveryCommits: 4 });
+    for (let seq = 0; seq < 3; seq++) {
+      const p = journal.commitAsync([intent("v1", 1, seq)]);
+      sync.release();
+      await p;
+    }
+    return { sync, file, journal };
+  }
+
+  it("copies the -wal into the file, syncs the file on the pool, and writes nothing until that returns", async () => {
+    const { sync, file, journal } = await atCheckpoint();
+    expect(journal.checkpoints).toBe(1);
+    expect(sync.held).toHaveLength(1);
+    expect(fs.fstatSync(sync.held[0]!.fd).ino).toBe(fs.statSync(file).ino); // the database file, not the -wal
+    const walBefore = fs.readFileSync(`${file}-wal`);
+    const fourth = journal.commitAsync([intent("v1", 1, 3)]);
+    expect(journal.unsynced).toBe(1);
+    expect(sync.held).toHaveLength(1); // no -wal sync: the fourth is not written
+    expect(fs.readFileSync(`${file}-wal`).equals(walBefore)).toBe(true);
+    expect(await settledYet(fourth)).toBe(false);
+    sync.release(); // the database file is durable: the -wal may be reused
+    expect(sync.held).toHaveLength(1); // now the fourth's -wal sync
+    expect(fs.fstatSync(sync.held[0]!.fd).ino).toBe(fs.statSync(`${file}-wal`).ino);
+    sync.release();
+    await fourth;
+    journal.close();
+    expect(seqsOnDisk(file)).toEqual([0, 1, 2, 3]);
+  });
+
+  it("a failed sync of the file after a checkpoint rejects the waiting commits and every later one", async () => {
+    const { sync, journal } = await atCheckpoint();
+    const held = journal.commitAsync([intent("v1", 1, 3)]);
+    sync.release(Object.assign(new Error("EIO: i/o error, fdatasync"), { code: "EIO" }));
+    await expect(held).rejects.toThrow(/could not be synced to disk after a checkpoint \(EIO/);
+    await expect(journal.commitAsync([intent("v1", 1, 4)])).rejects.toThrow(/after a checkpoint/);
+    expect(journal.problem()).toMatch(/after a checkpoint/);
+    journal.close();
+  });
+
+  it("a synchronous commit during the file's sync finishes the checkpoint first and keeps the order", async () => {
+    const { file, journal } = await atCheckpoint();
+    const held = journal.commitAsync([intent("v1", 1, 3)]);
+    journal.commit([intent("v1", 1, 4)]); // syncs the file, writes 3, then 4, syncs the -wal
+    await held;
+    journal.close();
+    expect(seqsOnDisk(file)).toEqual([0, 1, 2, 3, 4]);
+  });
+
+  it("keeps the -wal bounded under a stream of commits, with the real fdatasync", async () => {
+    const { file, journal } = started(newPath(), { checkpointEveryCommits: 16 });
+    for (let seq = 0; seq < 400; seq++) await journal.commitAsync([intent("v1", 1, seq)]);
+    const walBytes = fs.statSync(`${file}-wal`).size;
+    expect(journal.checkpoints).toBeGreaterThanOrEqual(20);
+    journal.close();
+    expect(walBytes).toBeLessThan(1024 * 1024); // 400 commits without checkpoints: ~5 MB
+    expect(seqsOnDisk(file)).toHaveLength(400);
+  });
+});

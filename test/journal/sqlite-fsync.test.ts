@@ -1,8 +1,12 @@
 /**
- * Durability on the real system calls: the journal's child runs under strace, and for every
- * commit we check in the trace that an fdatasync of the -wal file started after the commit's
- * last write to the -wal and returned before the commit was reported durable. (SIGKILL tests
- * cannot see a missing fsync: the page cache survives a killed process.)
+ * Durability on the real system calls: the journal's child runs under strace, and we check
+ * in the trace that
+ * - for every commit, an fdatasync of the -wal file started after the commit's last write to
+ *   the -wal and returned before the commit was reported durable;
+ * - for every checkpoint, every -wal write before its copy into the database file was
+ *   synced first, and nothing is written to the -wal while the database file's fdatasync
+ *   runs (the -wal could be reused before the copy is durable).
+ * (SIGKILL tests cannot see a missing fsync: the page cache survives a killed process.)
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -16,63 +20,127 @@ const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-fsync-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 
 const COMMITS = 30;
+const CHECKPOINT_EVERY = 7;
 
+type Kind = "marker" | "walWrite" | "walCommitFrame" | "dbWrite" | "walSyncStart" | "walSyncEnd" | "dbSyncStart" | "dbSyncEnd";
 interface Call {
-  readonly kind: "marker" | "walWrite" | "syncStart" | "syncEnd";
+  readonly kind: Kind;
   readonly text?: string;
 }
 
-/** The trace as an ordered list of the events we care about (strace prints calls in the order they start; an interrupted call is finished by a "resumed" line). */
+/**
+ * The trace as an ordered list of the events we care about. strace prints calls in the
+ * order they start; a call interrupted by another thread's is finished by a "resumed" line
+ * of the same pid.
+ */
 function parseTrace(trace: string): Call[] {
   const calls: Call[] = [];
-  const unfinished = new Set<string>();
+  const unfinished = new Map<string, "wal" | "db">();
   for (const line of trace.split("\n")) {
-    const pid = /^\[pid\s+(\d+)\]/.exec(line)?.[1] ?? "main";
+    const pid = /^\[pid\s+(\d+)\]/.exec(line)?.[1] ?? /^(\d+)\s/.exec(line)?.[1] ?? "main";
     const marker = /write\(1<[^>]*>, "((?:pending|durable) \d+)\\n"/.exec(line);
+    const sync = /fdatasync\(\d+<([^>]*)>/.exec(line);
     if (marker) calls.push({ kind: "marker", text: marker[1]! });
-    else if (/p?write(64)?\(\d+<[^>]*-wal>/.test(line)) calls.push({ kind: "walWrite" });
-    else if (/fdatasync\(\d+<[^>]*-wal>/.test(line)) {
-      calls.push({ kind: "syncStart" });
-      if (line.includes("<unfinished ...>")) unfinished.add(pid);
-      else if (/= 0$/.test(line)) calls.push({ kind: "syncEnd" });
-    } else if (/<\.\.\. fdatasync resumed>.*= 0$/.test(line) && unfinished.delete(pid)) calls.push({ kind: "syncEnd" });
+    else if (/p?write(64)?\(\d+<[^>]*-wal>/.test(line)) calls.push({ kind: isCommitFrameHeader(line) ? "walCommitFrame" : "walWrite" });
+    else if (/p?write(64)?\(\d+<[^>]*journal\.db>/.test(line)) calls.push({ kind: "dbWrite" });
+    else if (sync) {
+      const which = sync[1]!.endsWith("-wal") ? "wal" : "db";
+      calls.push({ kind: `${which}SyncStart` });
+      if (line.includes("<unfinished ...>")) unfinished.set(pid, which);
+      else if (/= 0$/.test(line)) calls.push({ kind: `${which}SyncEnd` });
+    } else if (/<\.\.\. fdatasync resumed>.*= 0$/.test(line) && unfinished.has(pid)) {
+      calls.push({ kind: `${unfinished.get(pid)!}SyncEnd` });
+      unfinished.delete(pid);
+    }
   }
   return calls;
 }
 
+/**
+ * Whether a -wal write is the header of a commit's last frame: a 24-byte frame header whose
+ * second big-endian word (the database size after the commit) is not zero. strace shows the
+ * bytes C-escaped: \ooo octal, \n and the like, printable characters as they are.
+ */
+function isCommitFrameHeader(line: string): boolean {
+  const m = /, "((?:[^"\\]|\\.)*)", 24, \d+\)/.exec(line);
+  if (!m) return false;
+  const bytes: number[] = [];
+  const text = m[1]!;
+  const named: Record<string, number> = { n: 10, t: 9, r: 13, v: 11, f: 12, a: 7, b: 8, e: 27, '"': 34, "\\": 92 };
+  for (let i = 0; i < text.length && bytes.length < 8; i++) {
+    if (text[i] !== "\\") {
+      bytes.push(text.charCodeAt(i));
+      continue;
+    }
+    const octal = /^[0-7]{1,3}/.exec(text.slice(i + 1));
+    if (octal) {
+      bytes.push(parseInt(octal[0], 8));
+      i += octal[0].length;
+    } else {
+      bytes.push(named[text[i + 1]!] ?? text.charCodeAt(i + 1));
+      i += 1;
+    }
+  }
+  return bytes.length === 8 && bytes.slice(4, 8).some((b) => b !== 0);
+}
+
+function traceChild(): Call[] {
+  const file = path.join(root, "journal.db");
+  const out = path.join(root, "trace.txt");
+  const run = spawnSync(
+    "strace",
+    ["-f", "-y", "-qq", "-o", out, "-e", "trace=write,pwrite64,fdatasync", process.execPath, "--import", "tsx", path.join(here, "fsync-child.ts"), file, String(COMMITS), String(CHECKPOINT_EVERY)],
+    { cwd: path.resolve(here, "../.."), encoding: "utf8", timeout: 60_000 },
+  );
+  if (run.error) throw new Error(`strace could not run (${run.error.message}); .ci/run installs it (apt-get install strace)`);
+  expect(run.status, run.stderr).toBe(0);
+  return parseTrace(fs.readFileSync(out, "utf8"));
+}
+
+let traced: Call[] | null = null;
+const calls = (): Call[] => (traced ??= traceChild());
+
 describe("SqliteJournal durability, traced", () => {
   it("reports no commit durable before an fdatasync of the -wal that started after its writes has returned", () => {
-    const file = path.join(root, "journal.db");
-    const out = path.join(root, "trace.txt");
-    const run = spawnSync("strace", ["-f", "-y", "-qq", "-o", out, "-e", "trace=write,pwrite64,fdatasync", process.execPath, "--import", "tsx", path.join(here, "fsync-child.ts"), file, String(COMMITS)], {
-      cwd: path.resolve(here, "../.."),
-      encoding: "utf8",
-      timeout: 60_000,
-    });
-    if (run.error) throw new Error(`strace could not run (${run.error.message}); .ci/run installs it (apt-get install strace)`);
-    expect(run.status, run.stderr).toBe(0);
-    const calls = parseTrace(fs.readFileSync(out, "utf8"));
-    let checked = 0;
+    const trace = calls();
+    // Commits are written in order: the k-th commit frame after "pending 0" ends commit k
+    // (one held back by a checkpoint is written after later markers).
+    const first = trace.findIndex((c) => c.text === "pending 0");
+    const commitFrames = trace.flatMap((c, i) => (i > first && c.kind === "walCommitFrame" ? [i] : []));
+    expect(commitFrames).toHaveLength(COMMITS);
     for (let k = 0; k < COMMITS; k++) {
-      const pending = calls.findIndex((c) => c.text === `pending ${k}`);
-      const durable = calls.findIndex((c) => c.text === `durable ${k}`);
+      const pending = trace.findIndex((c) => c.text === `pending ${k}`);
+      const durable = trace.findIndex((c) => c.text === `durable ${k}`);
       expect(pending, `pending ${k} in the trace`).toBeGreaterThanOrEqual(0);
       expect(durable, `durable ${k} after pending ${k}`).toBeGreaterThan(pending);
-      // The commit's writes: from its marker up to the next commit's marker (each commit is written synchronously in commitAsync).
-      const nextPending = calls.findIndex((c, i) => i > pending && c.kind === "marker" && c.text?.startsWith("pending"));
-      const writesEnd = nextPending < 0 ? durable : Math.min(nextPending, durable);
-      const lastWrite = calls.findLastIndex((c, i) => i > pending && i < writesEnd && c.kind === "walWrite");
-      expect(lastWrite, `commit ${k} wrote to the -wal`).toBeGreaterThan(pending);
-      // Some fdatasync that started after that write has returned before "durable k".
+      const lastWrite = commitFrames[k]!;
+      expect(lastWrite, `commit ${k} written after it was made and before it was reported durable`).toBeGreaterThan(pending);
+      expect(lastWrite).toBeLessThan(durable);
       let startedAfter = false;
       let ok = false;
       for (let i = lastWrite + 1; i < durable; i++) {
-        if (calls[i]!.kind === "syncStart") startedAfter = true;
-        if (calls[i]!.kind === "syncEnd" && startedAfter) ok = true;
+        if (trace[i]!.kind === "walSyncStart") startedAfter = true;
+        if (trace[i]!.kind === "walSyncEnd" && startedAfter) ok = true;
       }
       expect(ok, `commit ${k}: an fdatasync of the -wal started after its last write and returned before it was reported durable`).toBe(true);
-      checked++;
     }
-    expect(checked).toBe(COMMITS);
+  });
+
+  it("checkpoints only synced -wal frames, and writes nothing to the -wal while the database file is being synced", () => {
+    const trace = calls();
+    const dbSyncs = trace.flatMap((c, i) => (c.kind === "dbSyncStart" ? [i] : []));
+    expect(dbSyncs.length, "checkpoints in the trace").toBeGreaterThanOrEqual(Math.floor(COMMITS / CHECKPOINT_EVERY) - 1);
+    for (const start of dbSyncs) {
+      const end = trace.findIndex((c, i) => i > start && c.kind === "dbSyncEnd");
+      expect(end, "the database file's fdatasync returned").toBeGreaterThan(start);
+      expect(trace.slice(start, end).some((c) => c.kind === "walWrite" || c.kind === "walCommitFrame"), "a -wal write while the database file's fdatasync ran").toBe(false);
+      // The copy into the database file just before this sync: every -wal write before it was synced first.
+      const copy = trace.findLastIndex((c, i) => i < start && c.kind === "dbWrite");
+      expect(copy, "the checkpoint's copy into the database file").toBeGreaterThanOrEqual(0);
+      const firstCopy = trace.findLastIndex((c, i) => i < copy && c.kind !== "dbWrite") + 1;
+      const lastWalWrite = trace.findLastIndex((c, i) => i < firstCopy && (c.kind === "walWrite" || c.kind === "walCommitFrame"));
+      const syncedAfter = trace.slice(lastWalWrite + 1, firstCopy);
+      expect(syncedAfter.some((c) => c.kind === "walSyncEnd"), "the -wal synced between its last write and the checkpoint's copy").toBe(true);
+    }
   });
 });

@@ -7,9 +7,15 @@
  * itself before a commit counts: `commit()` synchronously, `commitAsync()` on libuv's thread
  * pool, off the event loop (an SD card's fsync takes milliseconds). Every frame of the
  * commit was written before that fdatasync started, so when it returns the commit is as
- * durable as under `synchronous=FULL`, which does the same fdatasync inline. NORMAL still
- * syncs around checkpoints (the -wal before the database file is written, the database
- * file before the -wal is reused), which is what makes it safe in WAL mode at all.
+ * durable as under `synchronous=FULL`, which does the same fdatasync inline.
+ *
+ * Checkpoints (copying the -wal into the database file, so the -wal can be reused) are the
+ * journal's too, every `checkpointEveryCommits` commits, because SQLite's own run inside a
+ * commit with two fsyncs on the event loop (milliseconds here, tens of them on an SD card).
+ * The journal keeps SQLite's order: only when every commit in the -wal is durable are its
+ * pages copied into the database file (PASSIVE, without SQLite's fsyncs), then the
+ * database file is fdatasynced on the pool, and no commit is written (none could reuse the
+ * -wal) until that returns; commits made meanwhile wait and are written in order after it.
  *
  * Per actuator it keeps the highest granted token and the fence (one row in `actuators`)
  * and the recent commands in arrival order (`commands`, pruned to `recentLimit` in the same
@@ -67,6 +73,8 @@ export interface SqliteJournalOptions {
   readonly recentLimit: number;
   /** How long to wait for a lock held by another connection before refusing. */
   readonly busyTimeoutMs?: number;
+  /** Commits between the journal's checkpoints (default 128, a few hundred -wal pages). */
+  readonly checkpointEveryCommits?: number;
   /** An fdatasync running longer than this makes {@link SqliteJournal.problem} report a stalled disk. */
   readonly syncStallMs?: number;
   /** The asynchronous fdatasync; tests replace it to hold a sync back or fail it. */
@@ -113,6 +121,13 @@ interface Unsynced {
   readonly reject: (e: unknown) => void;
 }
 
+/** A commit made while a checkpoint's sync runs: written once it has returned. */
+interface Held {
+  readonly entries: readonly JournalEntry[];
+  readonly resolve: () => void;
+  readonly reject: (e: unknown) => void;
+}
+
 export class SqliteJournal implements Journal, JournalWriter {
   readonly path: string;
   readonly recentLimit: number;
@@ -123,8 +138,11 @@ export class SqliteJournal implements Journal, JournalWriter {
   readonly #stmt: ReturnType<typeof prepare>;
   readonly #fdatasync: NonNullable<SqliteJournalOptions["fdatasync"]>;
   #loaded = false;
-  /** The -wal file, opened on the first sync; null for ":memory:" (nothing to sync). */
+  /** The -wal and the database file, opened on their first sync. */
   #walFd: number | null = null;
+  #dbFd: number | null = null;
+  /** fdatasyncs running on the pool: the descriptors stay open until they return. */
+  #poolSyncs = 0;
   /** Commits written so far, and how many of them an fdatasync has made durable. */
   #written = 0;
   #durable = 0;
@@ -132,6 +150,13 @@ export class SqliteJournal implements Journal, JournalWriter {
   #syncing = false;
   /** performance.now() when the fdatasync on the pool started. */
   #syncStartedMs = 0;
+  readonly #checkpointEveryCommits: number;
+  #commitsSinceCheckpoint = 0;
+  /** The checkpoint whose database-file sync runs (a count, so a late callback knows it is stale), or 0. */
+  #checkpoint = 0;
+  #checkpoints = 0;
+  #checkpointStartedMs = 0;
+  readonly #held: Held[] = [];
   readonly #syncStallMs: number;
   /** The first failure of an asynchronous commit or sync: every later commit is refused with it. */
   #failure: Error | null = null;
@@ -143,6 +168,7 @@ export class SqliteJournal implements Journal, JournalWriter {
     this.fresh = fresh;
     this.#fdatasync = options.fdatasync ?? fs.fdatasync;
     this.#syncStallMs = options.syncStallMs ?? 10_000;
+    this.#checkpointEveryCommits = options.checkpointEveryCommits ?? 128;
     this.#stmt = prepare(db);
     this.#commitTx = db.transaction((entries: readonly JournalEntry[]) => this.#write(entries)).immediate;
   }
@@ -163,6 +189,7 @@ export class SqliteJournal implements Journal, JournalWriter {
   commit(entries: readonly JournalEntry[]): void {
     this.#assertCommittable(entries);
     if (entries.length === 0) return;
+    this.#finishCheckpointNow();
     try {
       this.#commitTx(entries);
     } catch (error) {
@@ -171,6 +198,12 @@ export class SqliteJournal implements Journal, JournalWriter {
     }
     this.#written++;
     this.#syncNow();
+    // Here the caller waits anyway: SQLite's own checkpoint, with its fsyncs.
+    if (++this.#commitsSinceCheckpoint >= this.#checkpointEveryCommits && this.path !== ":memory:") {
+      this.#commitsSinceCheckpoint = 0;
+      this.#db.pragma("wal_checkpoint(PASSIVE)");
+      this.#checkpoints++;
+    }
   }
 
   /**
@@ -181,6 +214,11 @@ export class SqliteJournal implements Journal, JournalWriter {
    * write leaves the commits written before it to their sync.
    */
   commitAsync(entries: readonly JournalEntry[]): Promise<void> {
+    if (this.#checkpoint !== 0 && this.#failure === null) return new Promise((resolve, reject) => this.#held.push({ entries, resolve, reject }));
+    return this.#writeAsync(entries);
+  }
+
+  #writeAsync(entries: readonly JournalEntry[]): Promise<void> {
     try {
       this.#assertCommittable(entries);
       if (entries.length > 0) this.#commitTx(entries);
@@ -189,6 +227,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       return Promise.reject(error);
     }
     const index = ++this.#written;
+    this.#commitsSinceCheckpoint++;
     return new Promise<void>((resolve, reject) => {
       this.#unsynced.push({ index, resolve, reject });
       this.#startSync();
@@ -202,12 +241,21 @@ export class SqliteJournal implements Journal, JournalWriter {
     if (syncingForMs > this.#syncStallMs) {
       return `an fdatasync of ${this.path}-wal has not returned for ${(syncingForMs / 1000).toFixed(0)} s: the disk has stalled, and no commit can complete until it returns`;
     }
+    const checkpointForMs = this.#checkpoint !== 0 ? performance.now() - this.#checkpointStartedMs : 0;
+    if (checkpointForMs > this.#syncStallMs) {
+      return `an fdatasync of ${this.path} (a checkpoint) has not returned for ${(checkpointForMs / 1000).toFixed(0)} s: the disk has stalled, and no commit can complete until it returns`;
+    }
     return null;
   }
 
-  /** Commits written and not yet known durable. */
+  /** Commits written and not yet known durable, and those waiting for a checkpoint's sync. */
   get unsynced(): number {
-    return this.#unsynced.length;
+    return this.#unsynced.length + this.#held.length;
+  }
+
+  /** Checkpoints made so far (for tests and figures). */
+  get checkpoints(): number {
+    return this.#checkpoints;
   }
 
   /**
@@ -217,15 +265,14 @@ export class SqliteJournal implements Journal, JournalWriter {
   close(): void {
     if (!this.#db.open) return;
     let problem: unknown = null;
-    if (this.#failure === null && this.#durable < this.#written) {
-      try {
-        this.#syncNow();
-      } catch (error) {
-        problem = error;
-      }
+    try {
+      this.#finishCheckpointNow();
+      if (this.#failure === null && this.#durable < this.#written) this.#syncNow();
+    } catch (error) {
+      problem = error;
     }
     this.#db.close();
-    if (!this.#syncing) this.#closeWal();
+    this.#closeFilesWhenIdle();
     this.#fail(new Error("journal: the journal was closed before this commit was made durable"));
     if (problem !== null) throw problem;
   }
@@ -258,13 +305,66 @@ export class SqliteJournal implements Journal, JournalWriter {
     if (fd === null) return this.#synced(upTo);
     this.#syncing = true;
     this.#syncStartedMs = performance.now();
+    this.#poolSyncs++;
     this.#fdatasync(fd, (err) => {
+      this.#poolSyncs--;
       this.#syncing = false;
-      if (!this.#db.open) return this.#closeWal(); // close() synced and settled everything
+      if (!this.#db.open) return this.#closeFilesWhenIdle(); // close() synced and settled everything
       if (err) return this.#fail(new Error(`${this.path}-wal could not be synced to disk (${err.message}); nothing after the last durable commit can be trusted. Check the disk, then restart.`));
       this.#synced(upTo);
+      this.#maybeCheckpoint();
       this.#startSync();
     });
+  }
+
+  /**
+   * Copies the -wal into the database file once enough commits went by and every one of
+   * them is durable, then syncs the database file on the pool; commits wait until it
+   * returns (see the module comment).
+   */
+  #maybeCheckpoint(): void {
+    if (this.#checkpoint !== 0 || this.#commitsSinceCheckpoint < this.#checkpointEveryCommits || this.#durable < this.#written) return;
+    if (this.path === ":memory:") return;
+    this.#commitsSinceCheckpoint = 0;
+    let fd: number;
+    try {
+      this.#db.pragma("synchronous = OFF");
+      try {
+        this.#db.pragma("wal_checkpoint(PASSIVE)");
+      } finally {
+        this.#db.pragma("synchronous = NORMAL");
+      }
+      fd = this.#dbFile();
+    } catch (error) {
+      return this.#fail(error);
+    }
+    const checkpoint = ++this.#checkpoints;
+    this.#checkpoint = checkpoint;
+    this.#checkpointStartedMs = performance.now();
+    this.#poolSyncs++;
+    this.#fdatasync(fd, (err) => {
+      this.#poolSyncs--;
+      if (!this.#db.open) return this.#closeFilesWhenIdle();
+      if (this.#checkpoint !== checkpoint) return; // finished already, synchronously
+      if (err) {
+        this.#checkpoint = 0;
+        return this.#fail(new Error(`${this.path} could not be synced to disk after a checkpoint (${err.message}); the journal cannot go on safely. Check the disk, then restart.`));
+      }
+      this.#checkpointDone();
+    });
+  }
+
+  /** The checkpoint's sync returned: write the commits that waited for it, in order. */
+  #checkpointDone(): void {
+    this.#checkpoint = 0;
+    for (const held of this.#held.splice(0)) this.#writeAsync(held.entries).then(held.resolve, held.reject);
+  }
+
+  /** For a synchronous commit or close: the checkpoint's sync here and now, then the held commits. */
+  #finishCheckpointNow(): void {
+    if (this.#checkpoint === 0) return;
+    fs.fdatasyncSync(this.#dbFile());
+    this.#checkpointDone();
   }
 
   #synced(upTo: number): void {
@@ -279,6 +379,7 @@ export class SqliteJournal implements Journal, JournalWriter {
   #fail(error: unknown): void {
     this.#refuseLater(error);
     for (const waiter of this.#unsynced.splice(0)) waiter.reject(this.#failure);
+    for (const held of this.#held.splice(0)) held.reject(this.#failure);
   }
 
   /**
@@ -289,16 +390,23 @@ export class SqliteJournal implements Journal, JournalWriter {
   #wal(): number | null {
     if (this.path === ":memory:") return null;
     if (this.#walFd !== null && fs.fstatSync(this.#walFd).nlink > 0) return this.#walFd;
-    this.#closeWal();
+    if (this.#walFd !== null && this.#poolSyncs === 0) fs.closeSync(this.#walFd); // else left to the process's end: a sync still uses it
     this.#walFd = fs.openSync(`${this.path}-wal`, "r+");
     fsyncPath(path.dirname(this.path));
     return this.#walFd;
   }
 
-  #closeWal(): void {
-    if (this.#walFd === null) return;
-    fs.closeSync(this.#walFd);
+  #dbFile(): number {
+    this.#dbFd ??= fs.openSync(this.path, "r+");
+    return this.#dbFd;
+  }
+
+  /** Once closed and no sync on the pool uses them any more. */
+  #closeFilesWhenIdle(): void {
+    if (this.#db.open || this.#poolSyncs > 0) return;
+    for (const fd of [this.#walFd, this.#dbFd]) if (fd !== null) fs.closeSync(fd);
     this.#walFd = null;
+    this.#dbFd = null;
   }
 
   /** What the connection runs with, for the start-up log and the tests. */
@@ -529,9 +637,10 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
     const mode = String(db.pragma("journal_mode = WAL", { simple: true }));
     if (mode !== "wal") throw new JournalError("JOURNAL_UNREADABLE", `${file}: could not switch to WAL mode (got ${mode}).`);
   }
-  // NORMAL: commits are not synced by SQLite but by the journal's own fdatasync of the -wal
-  // (see the module comment); checkpoints are synced by SQLite.
+  // NORMAL: commits are not synced by SQLite but by the journal's own fdatasync of the -wal,
+  // and checkpoints are the journal's own (see the module comment).
   db.pragma("synchronous = NORMAL");
+  db.pragma("wal_autocheckpoint = 0");
 }
 
 /**
