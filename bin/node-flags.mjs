@@ -15,4 +15,8 @@
 //   before its old space could reach 256 MB anyway.
 // --max-semi-space-size=2: the young generation's halves stay at 2 MB instead of growing to
 //   16 MB each: 30 MB less resident under load, for more frequent, smaller scavenges.
-export const NODE_FLAGS = ["--max-semi-space-size=2", "--max-old-space-size=256"];
+// --optimize-for-size: small semi-spaces promote the short-lived objects of commands in
+//   flight, and V8 let them pile up in the old space for seconds (64 actuators under load
+//   for 5 s: 125 MB resident); with it, 108 MB, for ~15 % fewer commands/s at saturation
+//   (thousands per second, far above what a plant's actuators ask for).
+export const NODE_FLAGS = ["--max-semi-space-size=2", "--max-old-space-size=256", "--optimize-for-size"];
