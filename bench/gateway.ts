@@ -32,6 +32,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { SourceMap } from "node:module";
 import { parseArgs } from "node:util";
 import mqtt from "mqtt";
 import M from "modbus-serial";
@@ -863,8 +864,36 @@ export interface ProfileSummary {
 
 interface CpuNode {
   id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
+  callFrame: { functionName: string; url: string; lineNumber: number; columnNumber: number };
   hitCount?: number;
+}
+
+/**
+ * Where a frame of the bundled dist/ comes from: its source map (beside each chunk, as
+ * esbuild writes it) names the source file and line, so the summary says
+ * src/adapters/journal/sqlite.ts, not chunk-XXXX.js. Frames elsewhere stay as they are.
+ */
+function sourceMapper(): (url: string, line: number, column: number) => { url: string; line: number } {
+  const maps = new Map<string, SourceMap | null>();
+  const mapOf = (url: string): SourceMap | null => {
+    if (!maps.has(url)) {
+      let map: SourceMap | null = null;
+      try {
+        const file = fileURLToPath(url);
+        map = new SourceMap(JSON.parse(fs.readFileSync(`${file}.map`, "utf8")));
+      } catch {
+        map = null; // no map (not a built chunk): keep the frame as it is
+      }
+      maps.set(url, map);
+    }
+    return maps.get(url)!;
+  };
+  return (url, line, column) => {
+    if (!url.startsWith("file:") || !url.includes("/dist/")) return { url, line };
+    const entry = mapOf(url)?.findEntry(line, column);
+    if (!entry || !("originalSource" in entry) || !entry.originalSource) return { url, line };
+    return { url: new URL(entry.originalSource, url).href, line: entry.originalLine };
+  };
 }
 
 function areaOf(url: string, fn: string): string {
@@ -883,12 +912,14 @@ export function summariseProfile(file: string): ProfileSummary {
   profile.samples.forEach((id, i) => msById.set(id, (msById.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000));
   const byArea = new Map<string, number>();
   const byFn = new Map<string, number>();
+  const toSource = sourceMapper();
   let total = 0;
   for (const node of profile.nodes) {
     const ms = msById.get(node.id) ?? 0;
     if (ms === 0) continue;
-    const { functionName, url, lineNumber } = node.callFrame;
+    const { functionName } = node.callFrame;
     if (functionName === "(idle)") continue;
+    const { url, line: lineNumber } = toSource(node.callFrame.url, node.callFrame.lineNumber, node.callFrame.columnNumber);
     total += ms;
     const area = areaOf(url, functionName);
     byArea.set(area, (byArea.get(area) ?? 0) + ms);
