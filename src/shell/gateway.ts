@@ -422,9 +422,11 @@ export class Gateway {
 
   /** @internal */
   publishEvent(actuator: string, event: CoreEvent): void {
-    // Every decision is logged for operators; the daemon's logger writes asynchronously
-    // (src/cli/daemon.ts), so this costs no syscall per line under load.
-    this.deps.log.info({ actuator, ...event }, event.type);
+    // Every decision is logged: lease changes, refusals and device trouble at info; the
+    // routine accepted/applied pair of every command at debug (B/A/events carries them
+    // all), so a busy gateway does not write two journald lines per command to the SD card.
+    const routine = event.type === "accepted" || event.type === "applied";
+    this.deps.log[routine ? "debug" : "info"]({ actuator, ...event }, event.type);
     this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 
