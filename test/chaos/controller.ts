@@ -52,7 +52,8 @@ async function main(): Promise<void> {
       try {
         return await FencegateClient.connect({ url: values.url!, holder, requestTimeoutMs: 1000 });
       } catch (err) {
-        log({ ev: "error", message: `connect: ${(err as Error).message}` });
+        // The broker may be restarting (a chaos fault) as this controller (re)starts.
+        log({ ev: "connect-retry", message: (err as Error).message });
         await sleep(200);
       }
     }

@@ -27,6 +27,8 @@ export type ControllerEntry = { mono: number; holder: string } & (
   | { ev: "refused"; token: number; seq: number; position: number; code: string }
   | { ev: "lost"; token: number; reason: string }
   | { ev: "error"; message: string }
+  /** The broker refused or was down (it restarts among the faults): retried, not a violation. */
+  | { ev: "connect-retry"; message: string }
 );
 
 /** One entry of the device's applied log, `mono` = the simulator's `at` moved onto CLOCK_MONOTONIC. */
