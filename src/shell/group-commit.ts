@@ -8,6 +8,12 @@ export interface GroupCommitOptions {
 
 /** Weight of the newest sync in the running estimate of the sync time. */
 const SYNC_EWMA_WEIGHT = 0.2;
+/**
+ * The shortest wait worth taking: timers fire no sooner than 1 ms (and the daemon's clock
+ * counts whole milliseconds), so a shorter window would wait a whole millisecond for
+ * records a sub-millisecond sync would have carried in the next batch anyway.
+ */
+const MIN_GATHER_MS = 1;
 
 interface Waiter {
   readonly entries: readonly JournalEntry[];
@@ -31,9 +37,9 @@ interface Waiter {
  * their own. When the last batch carried several actuators (so others are busy too), a
  * batch that finds the disk idle waits a little for them: until it holds as many actuators
  * as the last one, or half the recent sync time, at most `gatherMaxMs`. With one busy
- * actuator nothing waits; on a fast disk (a sync of 0.2 ms) the wait is 0.1 ms; on an SD
- * card's 5 ms it is what lets the actuators share syncs (npm run bench, the slow-disk
- * scale-out).
+ * actuator nothing waits, nor on a fast disk (a sync under 2 ms: the wait would be shorter
+ * than a timer can be); on an SD card's 5 ms it is what lets the actuators share syncs
+ * (npm run bench, the slow-disk scale-out).
  */
 export class GroupCommitter {
   private waiting: Waiter[] = [];
@@ -147,7 +153,7 @@ export class GroupCommitter {
   /** Until when `batch`, finding the disk idle, waits for more actuators' records; null: send now. */
   private gatherUntilMs(batch: readonly Waiter[]): number | null {
     const windowMs = Math.min(this.options.gatherMaxMs, this.syncEstimateMs / 2);
-    if (windowMs <= 0 || this.lastBatchActuators < 2 || actuatorsIn(batch) >= this.lastBatchActuators) return null;
+    if (windowMs < MIN_GATHER_MS || this.lastBatchActuators < 2 || actuatorsIn(batch) >= this.lastBatchActuators) return null;
     const untilMs = this.waitingSinceMs + windowMs;
     return this.clock.monotonicMs() < untilMs ? untilMs : null;
   }

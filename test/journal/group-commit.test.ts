@@ -164,24 +164,12 @@ describe("GroupCommitter gathering (gatherMaxMs)", () => {
     expect(lastBatch(w)).toBe(1);
   });
 
-  it("on a fast disk waits at most half the recent sync time", async () => {
-    const { time, w, gc } = await warmed(0.2);
-    void gc.persist([entry(100, "a")]);
-    await turn();
-    expect(w.batches).toHaveLength(30);
-    await time.advance(0.1);
-    expect(w.batches).toHaveLength(31);
-  });
-
-  it("never waits when only one actuator is busy", async () => {
-    const { w, gc } = await warmed(6, ["a"]);
-    void gc.persist([entry(100, "a")]);
-    await turn();
-    expect(w.batches).toHaveLength(31);
-  });
-
-  it("never waits with gatherMaxMs 0", async () => {
-    const { w, gc } = await warmed(6, ["a", "b"], 0);
+  it.each([
+    ["only one actuator is busy", 6, ["a"], 2],
+    ["gatherMaxMs is 0", 6, ["a", "b"], 0],
+    ["the disk is fast: half a 0.2 ms sync is shorter than a timer can wait", 0.2, ["a", "b"], 2],
+  ] as const)("never waits when %s", async (_why, syncMs, actuators, gatherMaxMs) => {
+    const { w, gc } = await warmed(syncMs, [...actuators], gatherMaxMs);
     void gc.persist([entry(100, "a")]);
     await turn();
     expect(w.batches).toHaveLength(31);
