@@ -1,7 +1,7 @@
 // Emulates a slow disk for the benchmark's daemon (node --import <this file's URL>?syncMs=N):
 // every asynchronous fdatasync, the one each journal commit waits for, returns N ms after
-// the real one, as on a Raspberry Pi's SD card (milliseconds to tens of milliseconds,
-// ../shared/guide/field-notes.md). Like the line-rate emulation of the shared bus, it makes
+// the real one, as on a Raspberry Pi's SD card (milliseconds to tens of milliseconds, as
+// docs/deploy.md §8 notes). Like the line-rate emulation of the shared bus, it makes
 // this machine's fast disk behave like the target's, so group commit can be measured where
 // it matters. It never runs outside the benchmark.
 import fs from "node:fs";

@@ -1,5 +1,5 @@
 /**
- * The contract's error codes (shared/spec/mqtt-api-v1.md), in the order the contract
+ * The contract's error codes (docs/mqtt-api.md), in the order the contract
  * resolves them when several apply. The order is part of the contract: refusals must be
  * deterministic so a controller can act on the code alone.
  */

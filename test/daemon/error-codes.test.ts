@@ -1,5 +1,5 @@
 /**
- * Every error code of the MQTT API v1 (shared/spec/mqtt-api-v1.md, "Error codes"),
+ * Every error code of the MQTT API v1 (docs/mqtt-api.md, "Error codes"),
  * produced end to end: a real MQTT client, real Mosquitto, the real daemon process and
  * the simulated fenced actuator over Modbus TCP. For each code: the exact code, a message
  * of one sentence naming the field or condition, the extra fields the contract gives it,

@@ -1,6 +1,6 @@
 /**
  * The gateway's MQTT connection: receives requests, hands them to the shell, and carries
- * the shell's replies, events and retained states out, as shared/spec/mqtt-api-v1.md says.
+ * the shell's replies, events and retained states out, as docs/mqtt-api.md says.
  *
  * - Clean session (v5: session expiry 0): a broker-queued backlog from an earlier session
  *   is never replayed into the actuators.

@@ -1,5 +1,5 @@
 /**
- * Payloads the gateway publishes (shared/spec/mqtt-api-v1.md): replies, retained state,
+ * Payloads the gateway publishes (docs/mqtt-api.md): replies, retained state,
  * events and the gateway status. Pure: data in, JSON text out, keys in the contract's order.
  */
 import type { CoreEvent, PointValues, Reply } from "../../core/types.ts";

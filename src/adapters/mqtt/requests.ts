@@ -1,5 +1,5 @@
 /**
- * Parsing and validating requests of the MQTT API v1 (shared/spec/mqtt-api-v1.md), purely:
+ * Parsing and validating requests of the MQTT API v1 (docs/mqtt-api.md), purely:
  * bytes and MQTT properties in, a request, a refusal to answer, or "unanswerable" out.
  *
  * Order of work, each step only once the previous one passed:

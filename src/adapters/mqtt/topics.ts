@@ -1,5 +1,5 @@
 /**
- * Topic names of the MQTT API v1 (shared/spec/mqtt-api-v1.md): parsing request topics and
+ * Topic names of the MQTT API v1 (docs/mqtt-api.md): parsing request topics and
  * building the gateway's reply, state, event and status topics. Pure string work.
  */
 
