@@ -30,6 +30,9 @@ export const realScheduler: Scheduler = {
   defer: (fn) => setImmediate(fn),
 };
 
+/** Events kept for the first MQTT connection (a start with the broker down keeps the first ones). */
+const EVENTS_BEFORE_CONNECT_LIMIT = 1024;
+
 function busLink(bus: BusConfig): BusLink {
   if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
   return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
@@ -116,11 +119,15 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   });
 
   let metrics: GatewayMetrics | null = null;
+  // Events of the start (leases ended by the restart, the safe writes it owes) happen before
+  // the broker is connected: they wait for the first connection, up to a bound.
+  let beforeConnect: [string, Parameters<Outbox["event"]>[1]][] | null = [];
   const outbox: Outbox = {
     reply: (ref, reply) => link.reply(ref, reply),
     event: (actuator, event) => {
       metrics?.onEvent(actuator, event);
-      link.event(actuator, event);
+      if (beforeConnect === null) link.event(actuator, event);
+      else if (beforeConnect.length < EVENTS_BEFORE_CONNECT_LIMIT) beforeConnect.push([actuator, event]);
     },
     state: (view) => link.state(view),
   };
@@ -180,7 +187,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     bus.start();
   }
   gateway.start();
-  void link.start(gateway);
+  void link.start(gateway).then(() => {
+    const held = beforeConnect ?? [];
+    beforeConnect = null;
+    for (const [actuator, event] of held) link.event(actuator, event);
+  });
   log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path }, "fencegate daemon started");
 
   const address = server?.address();

@@ -417,8 +417,13 @@ const commands = z.strictObject({
   defaultDeadlineMs: ms(10, HOUR_MS).default(5000),
   /** The largest deadlineMs a request may ask for. */
   maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
-  /** Deadline of the gateway's own safe-value write when a lease expires. */
-  safeWriteDeadlineMs: ms(10, HOUR_MS).default(5000),
+  /**
+   * The gateway's own safe-value write (expiry policy "safe") is retried until the device
+   * confirms it or a newer lease supersedes it: after minMs, doubling up to maxMs between attempts.
+   */
+  safeWriteRetry: backoff({ minMs: 250, maxMs: 10_000 }),
+  /** Obsolete, accepted so that older files still load: the safe write no longer gives up at a deadline (safeWriteRetry). */
+  safeWriteDeadlineMs: ms(10, HOUR_MS).optional(),
   /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
   queueLimit: intIn(1, 1024).default(16),
   /** Accepted commands remembered per actuator, to answer retries with DUPLICATE. */

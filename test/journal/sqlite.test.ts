@@ -182,6 +182,36 @@ describe("SqliteJournal", () => {
     check.close();
   });
 
+  it("upgrades a schema 1 journal in place: everything kept, the newest grant's holder unknown", () => {
+    const file = newPath();
+    const db = new Database(file);
+    db.pragma("journal_mode = WAL");
+    db.exec(`
+      CREATE TABLE actuators (id TEXT PRIMARY KEY, highest_granted INTEGER NOT NULL, fence_token INTEGER NOT NULL, fence_seq INTEGER) STRICT;
+      CREATE TABLE commands (id INTEGER PRIMARY KEY, actuator TEXT NOT NULL, token INTEGER NOT NULL, seq INTEGER NOT NULL, holder TEXT NOT NULL, set_json TEXT NOT NULL, outcome_json TEXT) STRICT;
+      CREATE INDEX commands_by_command ON commands (actuator, token, seq);
+      CREATE INDEX commands_by_arrival ON commands (actuator, id);
+      PRAGMA application_id = ${0x464e4347};
+      PRAGMA user_version = 1;
+      INSERT INTO actuators VALUES ('v1', 3, 3, 0);
+      INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES ('v1', 3, 0, 'ctl-a', '{"position":1}', '{"kind":"applied","applied":{"position":1}}');
+    `);
+    db.close();
+    const j = openSqliteJournal({ path: file, recentLimit: 8 });
+    expect(j.load().get("v1")).toEqual({
+      highestGranted: 3,
+      lastGrantHolder: null,
+      fence: { token: 3, seq: 0 },
+      recent: [{ holder: "ctl-a", token: 3, seq: 0, set: { position: 1 }, outcome: { kind: "applied", applied: { position: 1 } } }],
+    });
+    expect(j.settings().schemaVersion).toBe(SCHEMA_VERSION);
+    j.commit([{ actuator: "v1", record: { type: "granted", holder: "ctl-b", token: 4 } }]);
+    j.close();
+    const again = openSqliteJournal({ path: file, recentLimit: 8 });
+    expect(again.load().get("v1")?.lastGrantHolder).toBe("ctl-b");
+    again.close();
+  });
+
   describe("refuses an inconsistent journal, naming the row", () => {
     it.each([
       ["UPDATE actuators SET fence_token = 4, fence_seq = NULL", /fence token 4 is above the highest granted token 3/],

@@ -61,6 +61,8 @@ export interface StackOptions {
   readonly gateway: (sim: { host: string; port: number }) => Omit<GatewaySetup, "brokerUrl" | "journalPath">;
   /** Fenced actuators whose device fence the daemon must have read before the stack is ready. */
   readonly fenced: readonly string[];
+  /** Extra node flags for the daemon (e.g. `--import` of a slow-disk emulation). */
+  readonly nodeArgs?: readonly string[];
 }
 
 export interface Stack {
@@ -68,6 +70,8 @@ export interface Stack {
   readonly broker: Broker;
   readonly sim: SimulatorHandle;
   readonly daemon: DaemonProcess;
+  /** The daemon's configuration: `DaemonProcess.start(dir, config)` starts it again over the same journal. */
+  readonly config: Record<string, unknown>;
 }
 
 /** Starts broker, simulator and daemon, and waits until the daemon is ready to serve. */
@@ -76,7 +80,7 @@ export async function startStack(teardown: Teardown, options: StackOptions): Pro
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
   const sim = teardown.add(await startSimulator({ ...options.sim?.(dir), tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
   const config = gatewayConfig({ ...options.gateway(sim.tcp!), brokerUrl: broker.url, journalPath: join(dir, "journal.db") });
-  const daemon = teardown.add(DaemonProcess.start(dir, config), (d) => stopDaemon(d));
+  const daemon = teardown.add(DaemonProcess.start(dir, config, { nodeArgs: options.nodeArgs ?? [] }), (d) => stopDaemon(d));
   await daemon.ready(options.fenced);
-  return { dir, broker, sim, daemon };
+  return { dir, broker, sim, daemon, config };
 }

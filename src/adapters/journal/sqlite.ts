@@ -36,7 +36,7 @@ import type { Journal, JournalEntry, JournalWriter } from "../../shell/ports.ts"
 import { JournalError } from "../../shell/ports.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
 
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
 /** `PRAGMA application_id`: "FNCG", marks the file as a fencegate journal. */
 const APPLICATION_ID = 0x464e4347;
 
@@ -45,7 +45,8 @@ CREATE TABLE actuators (
   id              TEXT PRIMARY KEY,
   highest_granted INTEGER NOT NULL,
   fence_token     INTEGER NOT NULL,
-  fence_seq       INTEGER
+  fence_seq       INTEGER,
+  granted_to      TEXT
 ) STRICT;
 -- id is the arrival order: applyRecord appends intents in the order they are recorded,
 -- which is not (token, seq) order when records arrive out of order.
@@ -94,6 +95,7 @@ export interface SqliteJournalSettings {
 
 interface Head {
   readonly highestGranted: number;
+  readonly lastGrantHolder: string | null;
   readonly fence: Fence;
 }
 
@@ -102,6 +104,7 @@ interface ActuatorRow {
   highest_granted: unknown;
   fence_token: unknown;
   fence_seq: unknown;
+  granted_to: unknown;
 }
 
 interface CommandRow {
@@ -436,7 +439,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       }
       // The head follows applyRecord exactly; with no recent list it costs nothing.
       const next = applyRecord({ ...head, recent: [] }, record, 0);
-      heads.set(actuator, { highestGranted: next.highestGranted, fence: next.fence });
+      heads.set(actuator, { highestGranted: next.highestGranted, lastGrantHolder: next.lastGrantHolder, fence: next.fence });
       if (record.type === "intent") {
         s.insertCommand.run(actuator, record.token, record.seq, record.holder, JSON.stringify(record.set));
         appended.add(actuator);
@@ -448,7 +451,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       // An outcome leaves the head as it was: no write (one page less in the -wal per command).
       const before = stored.get(actuator)!;
       if (before !== EMPTY_SNAPSHOT && sameHead(before, head)) continue;
-      s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq);
+      s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq, head.lastGrantHolder);
     }
     // Pruning once per commit keeps the same records as pruning after each intent: what an
     // earlier intent pushed out is older than the newest recentLimit at the end too.
@@ -456,9 +459,9 @@ export class SqliteJournal implements Journal, JournalWriter {
   }
 
   #readHead(actuator: string): Head {
-    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null } | undefined;
+    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null; granted_to: string | null } | undefined;
     if (row === undefined) return EMPTY_SNAPSHOT;
-    return { highestGranted: row.highest_granted, fence: { token: row.fence_token, seq: row.fence_seq } };
+    return { highestGranted: row.highest_granted, lastGrantHolder: row.granted_to, fence: { token: row.fence_token, seq: row.fence_seq } };
   }
 
   #loadTx(): Map<string, DurableSnapshot> {
@@ -480,7 +483,8 @@ export class SqliteJournal implements Journal, JournalWriter {
         seq: row.fence_seq === null ? null : checker.count(row.fence_seq, `${where}: fence_seq`),
       };
       if (fence.token > highestGranted) checker.fail(`${where}: the fence token ${fence.token} is above the highest granted token ${highestGranted}`);
-      snapshots.set(id, { head: { highestGranted, fence }, recent: [] });
+      const lastGrantHolder = row.granted_to === null ? null : checker.text(row.granted_to, `${where}: granted_to`);
+      snapshots.set(id, { head: { highestGranted, lastGrantHolder, fence }, recent: [] });
     }
     for (const row of commands) {
       const rowId = checker.count(row.id, "command id");
@@ -517,11 +521,11 @@ export class SqliteJournal implements Journal, JournalWriter {
 
 function prepare(db: Database.Database) {
   const statements = {
-    head: db.prepare("SELECT highest_granted, fence_token, fence_seq FROM actuators WHERE id = ?"),
+    head: db.prepare("SELECT highest_granted, fence_token, fence_seq, granted_to FROM actuators WHERE id = ?"),
     upsertHead: db.prepare(
-      `INSERT INTO actuators (id, highest_granted, fence_token, fence_seq) VALUES (?, ?, ?, ?)
+      `INSERT INTO actuators (id, highest_granted, fence_token, fence_seq, granted_to) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET highest_granted = excluded.highest_granted,
-         fence_token = excluded.fence_token, fence_seq = excluded.fence_seq`,
+         fence_token = excluded.fence_token, fence_seq = excluded.fence_seq, granted_to = excluded.granted_to`,
     ),
     insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES (?, ?, ?, ?, ?, NULL)"),
     // Like applyRecord: the first outcome wins, for every matching intent still without one.
@@ -530,7 +534,7 @@ function prepare(db: Database.Database) {
       "DELETE FROM commands WHERE actuator = ? AND id <= (SELECT id FROM commands WHERE actuator = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
     ),
     markLost: db.prepare("UPDATE commands SET outcome_json = ? WHERE outcome_json IS NULL"),
-    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq FROM actuators ORDER BY id").safeIntegers(true),
+    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq, granted_to FROM actuators ORDER BY id").safeIntegers(true),
     allCommands: db.prepare("SELECT id, actuator, token, seq, holder, set_json, outcome_json FROM commands ORDER BY id").safeIntegers(true),
   };
   return statements;
@@ -571,7 +575,7 @@ function describe(x: unknown): string {
 }
 
 function sameHead(a: Head, b: Head): boolean {
-  return a.highestGranted === b.highestGranted && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
+  return a.highestGranted === b.highestGranted && a.lastGrantHolder === b.lastGrantHolder && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
 }
 
 function truncate(s: string): string {
@@ -622,6 +626,7 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
   const version = Number(db.pragma("user_version", { simple: true }));
   const appId = Number(db.pragma("application_id", { simple: true }));
   if (inMemory && version === 0) db.exec(SCHEMA);
+  else if (appId === APPLICATION_ID && version < SCHEMA_VERSION && version >= 1) migrate(db, version);
   else if (version > SCHEMA_VERSION) {
     throw new JournalError(
       "JOURNAL_NEWER_VERSION",
@@ -641,6 +646,17 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
   // and checkpoints are the journal's own (see the module comment).
   db.pragma("synchronous = NORMAL");
   db.pragma("wal_autocheckpoint = 0");
+}
+
+/**
+ * Brings a journal written by an older fencegate up to SCHEMA_VERSION, in one transaction.
+ * 1 → 2: `granted_to`, who holds the highest token (unknown, NULL, for what 1 recorded).
+ */
+function migrate(db: Database.Database, from: number): void {
+  db.transaction(() => {
+    if (from < 2) db.exec("ALTER TABLE actuators ADD COLUMN granted_to TEXT");
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
 }
 
 /**
