@@ -12,6 +12,7 @@ import os from "node:os";
 import path from "node:path";
 import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { SerialPort } from "serialport";
+import { markPath } from "../adapters/journal/mark.ts";
 import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
@@ -518,6 +519,8 @@ export function checkJournalDir(journalPath: string, slowFsyncMs: number): Findi
     : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details }];
 }
 
+const RECOVER_FIX = "Put the missing file back if you have it; otherwise stop the controllers of plain actuators and run `fencegate journal recover --config <this file>` (docs/deploy.md, the journal).";
+
 function writable(dir: string): boolean {
   try {
     fs.accessSync(dir, fs.constants.W_OK | fs.constants.X_OK);
@@ -543,6 +546,9 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   try {
     stat = fs.statSync(file);
   } catch {
+    if (fs.existsSync(markPath(file))) {
+      return [{ check, status: "fail", message: `${file} is missing, but ${markPath(file)} says a journal was kept here: the daemon will refuse to start (exit 74) rather than grant its tokens again.`, fix: RECOVER_FIX }];
+    }
     return [{ check, status: "info", message: `${file} does not exist yet: the first start creates it, and tokens start above the fences the fenced devices report.` }];
   }
   try {
@@ -555,7 +561,7 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   const copy = path.join(copyDir, "journal.db");
   try {
     fs.copyFileSync(file, copy);
-    if (fs.existsSync(`${file}-wal`)) fs.copyFileSync(`${file}-wal`, `${copy}-wal`);
+    for (const beside of [`${file}-wal`, markPath(file)]) if (fs.existsSync(beside)) fs.copyFileSync(beside, copy + beside.slice(file.length));
     const journal = openSqliteJournal({ path: copy, recentLimit: config.commands.recentLimit });
     try {
       const snapshots = journal.load();
@@ -569,9 +575,10 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
       journal.close();
     }
   } catch (err) {
-    const message = err instanceof JournalError ? err.message : (err as Error).message;
+    const message = (err instanceof JournalError ? err.message : (err as Error).message).replaceAll(copy, file);
     const live = holders.length > 0 ? " The daemon was running: stop it (systemctl stop fencegate) and run doctor again before acting on this." : "";
-    return [{ check, status: "fail", message: `${message}${live}`, fix: "Restore the journal from a backup, or move it and its -wal file aside to start fresh (docs/deploy.md, Backups)." }];
+    const fix = err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY" ? RECOVER_FIX : "Restore the journal from a backup, or move it and its -wal file aside to start fresh (docs/deploy.md, Backups).";
+    return [{ check, status: "fail", message: `${message}${live}`, fix }];
   } finally {
     fs.rmSync(copyDir, { recursive: true, force: true });
   }

@@ -4,7 +4,7 @@
  * journal. Each broken setup must produce its own finding with a fix, and a non-zero exit.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -105,6 +105,33 @@ describe("a good setup", () => {
 });
 
 describe("a broken setup", () => {
+  /** The journal of `config` as a SIGKILL leaves it, then `lose` removes some of it. */
+  function crashedJournal(config: string, lose: readonly string[]): string {
+    const journalPath = join(config, "..", "state", "journal.db");
+    const live = openSqliteJournal({ path: `${journalPath}.live`, recentLimit: 8 });
+    live.load();
+    for (let token = 1; token <= 5; token++) live.commit([{ actuator: "valve-1", record: { type: "granted", holder: "line-a", token } }]);
+    for (const suffix of ["", "-wal", "-mark"]) if (!lose.includes(suffix)) copyFileSync(`${journalPath}.live${suffix}`, journalPath + suffix);
+    live.close();
+    return journalPath;
+  }
+
+  it("a journal whose -wal was lost after a crash: lost history, and the command that recovers", async () => {
+    const config = writeConfig();
+    crashedJournal(config, ["-wal"]);
+    expect(only(await runDoctor(config), "journal")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/state\/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open/), fix: expect.stringContaining("fencegate journal recover --config") }),
+    ]);
+  });
+
+  it("a journal whose database file is gone, its mark kept", async () => {
+    const config = writeConfig();
+    crashedJournal(config, ["", "-wal"]);
+    expect(only(await runDoctor(config), "journal")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/journal\.db is missing, but .*journal\.db-mark says a journal was kept here/), fix: expect.stringContaining("fencegate journal recover") }),
+    ]);
+  });
+
   it("a bad configuration: every problem with its line, and no machine checks", () => {
     const run = doctorCli(["--config", writeConfig((c) => {
       c.buses.rs485.baudRate = 19201;

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { openSqliteJournal, SCHEMA_VERSION, type SqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { JournalError } from "../../src/shell/ports.ts";
 import { journalContract, type JournalStore } from "./contract.ts";
+import { refusal } from "./refusal.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-journal-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -18,7 +19,7 @@ function sqliteStore(recentLimit: number): JournalStore {
   return {
     open: () => openSqliteJournal({ path: file, recentLimit }),
     dispose: () => {
-      for (const suffix of ["", "-wal", "-shm"]) fs.rmSync(file + suffix, { force: true });
+      for (const suffix of ["", "-wal", "-shm", "-mark"]) fs.rmSync(file + suffix, { force: true });
     },
   };
 }
@@ -41,20 +42,6 @@ function writtenJournal(recentLimit = 100): string {
   ]);
   j.close();
   return file;
-}
-
-function refusal(file: string, recentLimit = 100): JournalError {
-  let journal: SqliteJournal | undefined;
-  try {
-    journal = openSqliteJournal({ path: file, recentLimit, busyTimeoutMs: 50 });
-    journal.load();
-  } catch (error) {
-    expect(error).toBeInstanceOf(JournalError);
-    return error as JournalError;
-  } finally {
-    journal?.close();
-  }
-  throw new Error(`expected ${file} to be refused`);
 }
 
 const RESTORE = /restore the journal from backup, or move it .* aside to start fresh/i;
