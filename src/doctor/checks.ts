@@ -6,6 +6,7 @@
  * is clean and uses its own client id.
  */
 import { execFile } from "node:child_process";
+import dns from "node:dns/promises";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
@@ -60,6 +61,7 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   for (const [name, bus] of Object.entries(config.buses)) {
     findings.push(...(bus.type === "rtu" ? await checkSerial(name, bus) : [await checkModbusTcp(name, bus)]));
   }
+  findings.push(...(await checkSharedTcpDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
   findings.push(...checkJournalFile(config));
@@ -337,6 +339,40 @@ export function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Findi
     socket.once("timeout", () => done({ check, status: "fail", message: `No answer from ${where} within ${config.timeoutMs * 3} ms.`, fix: "Check the device's address, its power and the network route." }));
     socket.once("error", (err) => done({ check, status: "fail", message: `Cannot connect to ${where}: ${errorCode(err)}.`, fix: "Check the device's address and port (502 is the Modbus TCP default), and that it is powered and on the network." }));
   });
+}
+
+/**
+ * Two TCP buses whose hosts are different names for one address (localhost and 127.0.0.1,
+ * a DNS name and its IP), with an actuator on the same unit of each: one device, two
+ * actuators. The configuration itself catches the same spelling; this needs name lookups.
+ */
+export async function checkSharedTcpDevices(config: GatewayConfig): Promise<Finding[]> {
+  const addresses = new Map<string, string[]>();
+  for (const [name, bus] of Object.entries(config.buses)) {
+    if (bus.type !== "tcp") continue;
+    const found = await dns.lookup(bus.host, { all: true }).catch(() => []);
+    addresses.set(name, found.map((a) => `${a.address}:${bus.port}`));
+  }
+  const seen = new Map<string, number>();
+  const findings: Finding[] = [];
+  config.actuators.forEach((a, i) => {
+    for (const endpoint of new Set(addresses.get(a.bus) ?? [])) {
+      const other = seen.get(`${endpoint} ${a.unit}`);
+      const first = other === undefined ? undefined : config.actuators[other]!;
+      if (first === undefined) {
+        seen.set(`${endpoint} ${a.unit}`, i);
+      } else if (first.bus !== a.bus) {
+        findings.push({
+          check: "buses",
+          status: "fail",
+          message: `actuators[${i}] (${a.id}, bus "${a.bus}") and actuators[${other}] (${first.id}, bus "${first.bus}") are both unit ${a.unit} at ${endpoint}: one device, two actuators, two lease tables, and both controllers' commands reach it.`,
+          fix: `Keep one of them: put every unit at ${endpoint} under one bus.`,
+        });
+        return;
+      }
+    }
+  });
+  return findings;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -132,6 +132,26 @@ describe("a broken setup", () => {
     ]);
   });
 
+  it("two buses on one Modbus TCP endpoint, an actuator on unit 1 of each (finding 5): refused, both named", async () => {
+    const findings = await runDoctor(writeConfig((c) => {
+      c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+    }));
+    expect(failures(findings)).toEqual([
+      expect.objectContaining({ check: "config", message: expect.stringMatching(/^actuators\[1\]\.unit \(line \d+\): Unit 1 at 127\.0\.0\.1:15121 is already actuators\[0\] \(bus "a"\): buses "a" and "b" reach the same device there/) }),
+    ]);
+  });
+
+  it("two buses whose hosts are names for one address, an actuator on unit 1 of each", async () => {
+    const findings = await runDoctor(writeConfig((c) => {
+      c.buses = { a: { type: "tcp", host: "localhost", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+    }));
+    expect(only(findings, "buses")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/^actuators\[1\] \(valve-2, bus "b"\) and actuators\[0\] \(valve-1, bus "a"\) are both unit 1 at 127\.0\.0\.1:15121/) }),
+    ]);
+  });
+
   it("a bad configuration: every problem with its line, and no machine checks", () => {
     const run = doctorCli(["--config", writeConfig((c) => {
       c.buses.rs485.baudRate = 19201;
