@@ -138,6 +138,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   let stopping = false;
   const gateway = new Gateway(
     {
+      gatewayId: config.gatewayId,
       journal,
       gatherMaxMs: config.journal.gatherMaxMs,
       clock: realClock,

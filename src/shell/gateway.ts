@@ -48,6 +48,8 @@ export interface ActuatorBinding {
 }
 
 export interface GatewayDeps {
+  /** The gatewayId, named in every state: clients read `B/gateway/<id>/status` with it. */
+  readonly gatewayId: string;
   readonly journal: Journal;
   readonly clock: Clock;
   readonly scheduler: Scheduler;
@@ -251,6 +253,7 @@ class ActuatorRuntime {
       lease: viewLease(snapshot.lease, clock.monotonicMs()),
       fence: snapshot.fence,
       points: this.points,
+      gateway: this.gw.deps.gatewayId,
       safeWrite: safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
       at: clock.wallNow(),
     };

@@ -85,6 +85,8 @@ export interface StateView {
   readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
   readonly fence: Fence;
   readonly points: PointValues;
+  /** The gateway serving it: its `B/gateway/<id>/status` says whether this state is current. */
+  readonly gateway: string;
   /** The gateway's own safe-value write, while it is owed (expiry policy "safe"). */
   readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
   /** Wall-clock time of the snapshot: informative only, no decision depends on it. */

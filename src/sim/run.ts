@@ -250,6 +250,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     });
     const gateway = new Gateway(
       {
+        gatewayId: "sim",
         journal,
         clock: world.clock,
         scheduler: world.schedulerFor(alive),

@@ -17,6 +17,7 @@ const STATE: StateView = {
   lease: { holder: "ctl-a", token: 7, expiresInMs: 4200 },
   fence: { token: 7, seq: 3 },
   points: { valve: 42.5, mode: 1 },
+  gateway: "gw-1",
   safeWrite: null,
   at: AT,
 };
@@ -93,7 +94,7 @@ describe("replies", () => {
 describe("state", () => {
   it("has the contract's shape and key order, points sorted, the extensions after them", () => {
     expect(statePayload(STATE)).toBe(
-      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","safeWrite":null}',
+      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","gateway":"gw-1","safeWrite":null}',
     );
   });
 
@@ -110,6 +111,7 @@ describe("state", () => {
       fence: { token: 8, seq: null },
       points: {},
       at: "2026-11-29T10:00:00.123Z",
+      gateway: "gw-1",
       safeWrite: null,
     });
   });

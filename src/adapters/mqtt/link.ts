@@ -247,20 +247,29 @@ export class MqttLink implements Outbox {
   }
 
   /**
-   * Publishes `offline` (the clean-shutdown twin of the last will) and disconnects, never
-   * waiting on a broker that is gone: mqtt.js's graceful end waits until every QoS 1
-   * message is acknowledged, and with the broker down (end also cancels the reconnect) that
-   * is forever. Then the connection is just dropped: nothing queued could be delivered
-   * (clean session), and the last will says `offline` for us.
+   * Publishes every actuator's retained state as offline with no lease (no lease outlives
+   * the process), then `offline` (the clean-shutdown twin of the last will), and
+   * disconnects, never waiting on a broker that is gone: mqtt.js's graceful end waits until
+   * every QoS 1 message is acknowledged, and with the broker down (end also cancels the
+   * reconnect) that is forever. Then the connection is just dropped: nothing queued could be
+   * delivered (clean session), and the last will says `offline` for us.
    */
   async stop(): Promise<void> {
     const client = this.client;
     if (!client) return;
+    const lastWords = () => {
+      const retained = { qos: 1, retain: true } as const;
+      const states = (this.sink?.actuatorIds() ?? []).flatMap((id) => {
+        const view = this.sink?.view(id);
+        return view ? [client.publishAsync(stateTopic(this.base, id), statePayload({ ...view, online: false, lease: null }), retained)] : [];
+      });
+      return Promise.all([...states, client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), retained)]);
+    };
     const acknowledged =
       client.connected &&
       (await within(
         STOP_GRACE_MS,
-        client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), { qos: 1, retain: true }).then(
+        lastWords().then(
           () => true,
           () => false,
         ),

@@ -13,7 +13,9 @@ export interface StateJson {
   readonly fence: { readonly token: number; readonly seq: number | null };
   readonly points: PointValues;
   readonly at: string;
-  /** Extension (after the contract's keys): the gateway's own safe-value write while it is owed, else null. */
+  /** Extensions, after the contract's keys. The gateway serving the actuator (its status topic tells whether this state is current). */
+  readonly gateway: string;
+  /** The gateway's own safe-value write while it is owed, else null. */
   readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
 }
 
@@ -32,6 +34,7 @@ export function stateJson(s: StateView): StateJson {
     fence: { token: s.fence.token, seq: s.fence.seq },
     points: sortedPoints(s.points),
     at: s.at.toISOString(),
+    gateway: s.gateway,
     safeWrite: s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
   };
 }
