@@ -7,6 +7,7 @@ import type { GatewayConfig } from "../config/schema.ts";
 import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
+import { DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
 
 export const EXIT = { OK: 0, USAGE: 64, CONFIG: 78, JOURNAL: 74, INTERNAL: 70 } as const;
 
@@ -24,7 +25,8 @@ examples:
   fencegate daemon -c config/embedded.yaml --log-level debug
 
 exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable, failing or missing committed
-            history (see fencegate journal recover), 78 configuration invalid`;
+            history (see fencegate journal recover), 78 configuration invalid or another
+            gateway with the same gatewayId on the broker`;
 
 export async function main(argv: string[]): Promise<number> {
   let values;
@@ -83,6 +85,10 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
   try {
     daemon = await startDaemon(config, log);
   } catch (err) {
+    if (err instanceof DuplicateGatewayError) {
+      log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, err.message);
+      return flushed(EXIT.CONFIG);
+    }
     if (err instanceof JournalError) {
       const recover = err.code === "JOURNAL_LOST_HISTORY" && configPath !== undefined ? { recover: `fencegate journal recover --config ${configPath}` } : {};
       log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);

@@ -16,6 +16,8 @@ import { SerialPort } from "serialport";
 import { markPath } from "../adapters/journal/mark.ts";
 import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
+import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
+import { identityOf, probeGateways } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
@@ -63,6 +65,7 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   }
   findings.push(...(await checkSharedTcpDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
+  findings.push(await checkGatewayId(config));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
   findings.push(...checkJournalFile(config));
   return findings;
@@ -468,6 +471,32 @@ export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<
   } finally {
     await client.endAsync(true).catch(() => {});
   }
+}
+
+/**
+ * Whether another gateway on the broker has this gatewayId: each answers `B/gateway/read`
+ * with its identity, and the one of this configuration (this host, this journal) is told
+ * apart from a copy elsewhere.
+ */
+export async function checkGatewayId(config: GatewayConfig): Promise<Finding> {
+  const check = "gateway id";
+  const id = config.gatewayId;
+  const result = await probeGateways(config.mqtt, { gatewayId: id, waitForAll: true });
+  if (result.kind === "unreachable") return { check, status: "info", message: `Whether another gateway uses gatewayId "${id}" was not checked: the broker cannot be reached (${result.reason}).` };
+  const same = result.gateways.filter((g) => g.id === id);
+  const mine = identityOf(id, config.journal.path).instance;
+  const others = same.filter((g) => g.instance !== mine);
+  const where = (gs: readonly GatewayIdentity[]) => gs.map((g) => `host ${g.host}, pid ${g.pid}`).join("; ");
+  if (others.length > 0 || same.length > 1) {
+    return {
+      check,
+      status: "fail",
+      message: `Another fencegate with gatewayId "${id}" is connected to ${config.mqtt.url} (${where(others.length > 0 ? others : same)}): two gateways with one id take each other's MQTT client id and both answer for the same actuators; the daemon refuses to start beside it (exit 78).`,
+      fix: `Give this gateway its own gatewayId in the configuration, or stop the other one.`,
+    };
+  }
+  if (same.length === 1) return { check, status: "ok", message: `The daemon of this configuration is running (${where(same)}); no other gateway uses gatewayId "${id}".` };
+  return { check, status: "ok", message: `No gateway on the broker uses gatewayId "${id}" (${result.gateways.length} other gateway(s) answered).` };
 }
 
 /** An actuator id no deployment uses: a running gateway answers the probe UNKNOWN_ACTUATOR. */

@@ -9,26 +9,15 @@ import { spawnSync } from "node:child_process";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TestController } from "../support/controller.ts";
-import { DaemonProcess, FENCEGATE_BIN, valve } from "../support/daemon.ts";
-import { Teardown, startStack, stopDaemon, type Stack } from "../support/stack.ts";
+import { DaemonProcess, FENCEGATE_BIN } from "../support/daemon.ts";
+import { Teardown, startValveStack, type ValveStack } from "../support/stack.ts";
 
 const A = "damper-1";
 const teardown = new Teardown();
-let stack: Stack;
-let daemon: DaemonProcess;
-let ctl: TestController;
+let world: ValveStack;
 
 beforeAll(async () => {
-  stack = await startStack(teardown, {
-    name: "lost",
-    sim: () => ({ units: [1], rate: 0, profile: "plain" }),
-    gateway: (at) => ({ buses: { sim: { type: "tcp", ...at } }, actuators: [valve(A, "sim", 1, "plain")] }),
-    fenced: [],
-  });
-  daemon = stack.daemon;
-  ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
-  teardown.add(null, () => stopDaemon(daemon)); // the last one started
+  world = await startValveStack(teardown, { name: "lost", id: A, profile: "plain" });
 });
 afterAll(() => teardown.run());
 
@@ -36,24 +25,24 @@ describe("finding 3: a journal that lost committed history is refused, and recov
   it("five grants, SIGKILL, the -wal deleted: exit 74 with a sentence; journal recover; the next grant is above all five", async () => {
     const tokens: number[] = [];
     for (let i = 0; i < 5; i++) {
-      const grant = await ctl.acquire(A, 60_000);
+      const grant = await world.ctl.acquire(A, 60_000);
       expect(grant.ok, JSON.stringify(grant)).toBe(true);
       tokens.push(grant.lease.token);
-      expect(await ctl.request(A, "lease/release", { holder: "line-a", token: grant.lease.token })).toMatchObject({ ok: true });
+      expect(await world.ctl.request(A, "lease/release", { holder: "line-a", token: grant.lease.token })).toMatchObject({ ok: true });
     }
     expect(tokens).toEqual([1, 2, 3, 4, 5]);
-    await daemon.kill("SIGKILL");
-    const journal = join(stack.dir, "journal.db");
+    await world.daemon.kill("SIGKILL");
+    const journal = join(world.dir, "journal.db");
     expect(existsSync(`${journal}-wal`)).toBe(true);
     rmSync(`${journal}-wal`);
 
     // Twice: a refusal must not make the next start quiet.
-    const config = join(stack.dir, "gateway.yaml");
+    const config = join(world.dir, "gateway.yaml");
     for (let attempt = 0; attempt < 2; attempt++) {
-      daemon = DaemonProcess.start(stack.dir, stack.config);
-      expect(await daemon.exited).toEqual({ code: 74, signal: null });
-      const fatal = daemon.logs.find((l) => l.level === 60);
-      expect(fatal, JSON.stringify(daemon.logs.slice(-3))).toMatchObject({ code: "JOURNAL_LOST_HISTORY", recover: `fencegate journal recover --config ${config}` });
+      world.daemon = DaemonProcess.start(world.dir, world.config);
+      expect(await world.daemon.exited).toEqual({ code: 74, signal: null });
+      const fatal = world.daemon.logs.find((l) => l.level === 60);
+      expect(fatal, JSON.stringify(world.daemon.logs.slice(-3))).toMatchObject({ code: "JOURNAL_LOST_HISTORY", recover: `fencegate journal recover --config ${config}` });
       expect(fatal!.msg).toMatch(/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open when the gateway last stopped/);
       expect(fatal!.msg).toMatch(/run `fencegate journal recover` with this gateway's --config/);
     }
@@ -63,9 +52,9 @@ describe("finding 3: a journal that lost committed history is refused, and recov
     expect(recover.status).toBe(0);
     expect(recover.stdout).toMatch(new RegExp(`${A}: the next token is above \\d+ \\(the journal had \\d+\\)`));
 
-    daemon = DaemonProcess.start(stack.dir, stack.config);
-    await daemon.ready([]);
-    const next = await ctl.acquire(A, 60_000);
+    world.daemon = DaemonProcess.start(world.dir, world.config);
+    await world.daemon.ready([]);
+    const next = await world.ctl.acquire(A, 60_000);
     expect(next.ok, JSON.stringify(next)).toBe(true);
     for (const t of tokens) expect(next.lease.token).toBeGreaterThan(t);
   });

@@ -8,34 +8,24 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FencegateClient, type ActuatorState } from "../../src/client/index.ts";
-import { TestController } from "../support/controller.ts";
-import { DaemonProcess, FENCEGATE_BIN, valve } from "../support/daemon.ts";
-import { Teardown, startStack, stopDaemon, type Stack } from "../support/stack.ts";
+import { DaemonProcess, FENCEGATE_BIN } from "../support/daemon.ts";
+import { Teardown, startValveStack, type ValveStack } from "../support/stack.ts";
 import { TopicWatcher, safeJson } from "../support/watch.ts";
 
 const A = "valve-1";
 const STATE = `fencegate/${A}/state`;
 const STATUS = "fencegate/gateway/test/status";
 const teardown = new Teardown();
-let stack: Stack;
-let daemon: DaemonProcess;
-let ctl: TestController;
+let world: ValveStack;
 
 beforeAll(async () => {
-  stack = await startStack(teardown, {
-    name: "offline",
-    gateway: (at) => ({ buses: { sim: { type: "tcp", ...at } }, actuators: [valve(A, "sim", 1)] }),
-    fenced: [A],
-  });
-  daemon = stack.daemon;
-  ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
-  teardown.add(null, () => stopDaemon(daemon));
+  world = await startValveStack(teardown, { name: "offline", id: A });
 });
 afterAll(() => teardown.run());
 
 /** What a newcomer to the broker is told: the retained messages on `topics`. */
 async function retained(topics: string[]): Promise<Map<string, string>> {
-  const late = await TopicWatcher.connect(stack.broker.url, topics);
+  const late = await TopicWatcher.connect(world.broker.url, topics);
   try {
     await late.quiet(300);
     return new Map(late.messages.filter((m) => m.retain).map((m) => [m.topic, m.payload]));
@@ -45,7 +35,7 @@ async function retained(topics: string[]): Promise<Map<string, string>> {
 }
 
 async function leased(): Promise<void> {
-  const grant = await ctl.acquire(A, 60_000);
+  const grant = await world.ctl.acquire(A, 60_000);
   expect(grant.ok, JSON.stringify(grant)).toBe(true);
   const before = await retained([STATE]);
   expect(safeJson(before.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" }, gateway: "test" });
@@ -54,27 +44,27 @@ async function leased(): Promise<void> {
 describe("finding 11: a stopped or crashed gateway's actuators read as offline, with no lease", () => {
   it("a clean stop leaves every retained state offline with no lease, naming the gateway", async () => {
     await leased();
-    expect(await daemon.kill("SIGTERM")).toEqual({ code: 0, signal: null });
+    expect(await world.daemon.kill("SIGTERM")).toEqual({ code: 0, signal: null });
     const after = await retained([STATE, STATUS]);
     expect(after.get(STATUS)).toBe("offline");
     expect(safeJson(after.get(STATE)!)).toMatchObject({ actuator: A, online: false, lease: null, gateway: "test" });
   });
 
   it("a crashed gateway (its last will) reads offline with no lease in `fencegate status` and in the library's watch", async () => {
-    daemon = DaemonProcess.start(stack.dir, stack.config);
-    await daemon.ready([A]);
+    world.daemon = DaemonProcess.start(world.dir, world.config);
+    await world.daemon.ready([A]);
     await leased();
-    await daemon.kill("SIGKILL");
+    await world.daemon.kill("SIGKILL");
     const after = await retained([STATE, STATUS]);
     expect(after.get(STATUS)).toBe("offline"); // the last will
     expect(safeJson(after.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" } }); // nobody could change it
 
-    const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", stack.broker.url, "--json"], { timeout: 30_000 });
+    const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url, "--json"], { timeout: 30_000 });
     expect(JSON.parse(stdout)).toEqual([expect.objectContaining({ actuator: A, online: false, lease: null, gateway: "test" })]);
-    const human = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", stack.broker.url], { timeout: 30_000 });
+    const human = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url], { timeout: 30_000 });
     expect(human.stdout).toMatch(new RegExp(`^${A} +NO +- +- `, "m"));
 
-    const client = await FencegateClient.connect({ url: stack.broker.url, holder: "watcher" });
+    const client = await FencegateClient.connect({ url: world.broker.url, holder: "watcher" });
     try {
       const abort = new AbortController();
       let first: ActuatorState | undefined;

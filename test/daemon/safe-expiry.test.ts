@@ -9,9 +9,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
-import { TestController } from "../support/controller.ts";
-import { DaemonProcess, valve } from "../support/daemon.ts";
-import { Teardown, startStack, stopDaemon, type Stack } from "../support/stack.ts";
+import type { TestController } from "../support/controller.ts";
+import { DaemonProcess } from "../support/daemon.ts";
+import { Teardown, startValveStack, type ValveStack } from "../support/stack.ts";
 import { TopicWatcher, safeJson, until } from "../support/watch.ts";
 
 const A = "valve-1";
@@ -20,27 +20,21 @@ const EVENTS = `fencegate/${A}/events`;
 const SAFE_POSITION = 0;
 
 const teardown = new Teardown();
-let stack: Stack;
+let world: ValveStack;
 let sim: SimulatorHandle;
-let daemon: DaemonProcess;
 let ctl: TestController;
 let watcher: TopicWatcher;
 
 beforeAll(async () => {
-  stack = await startStack(teardown, {
+  world = await startValveStack(teardown, {
     name: "safe",
-    sim: () => ({ units: [1], rate: 0 }),
-    gateway: (at) => ({
-      buses: { sim: { type: "tcp", ...at, timeoutMs: 300, reconnect: { minMs: 100, maxMs: 400 } } },
-      actuators: [valve(A, "sim", 1, "fenced", { expiry: { policy: "safe", set: { position: 0 } } })],
-      commands: { safeWriteRetry: { minMs: 100, maxMs: 400 } },
-    }),
-    fenced: [A],
+    id: A,
+    bus: { timeoutMs: 300, reconnect: { minMs: 100, maxMs: 400 } },
+    actuator: { expiry: { policy: "safe", set: { position: 0 } } },
+    setup: { commands: { safeWriteRetry: { minMs: 100, maxMs: 400 } } },
   });
-  ({ sim, daemon } = stack);
-  ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
-  watcher = teardown.add(await TopicWatcher.connect(stack.broker.url, [STATE, EVENTS]), (w) => w.close());
-  teardown.add(null, () => stopDaemon(daemon)); // the restarted one
+  ({ sim, ctl } = world);
+  watcher = teardown.add(await TopicWatcher.connect(world.broker.url, [STATE, EVENTS]), (w) => w.close());
 });
 afterAll(() => teardown.run());
 
@@ -80,10 +74,10 @@ describe("finding 1: the safe expiry policy is carried out, whatever ends the le
 
   it("(b) gateway restart under a live lease: the lease is reported ended and the valve goes to its safe value", async () => {
     const token = await leaseAndMove(60_000, 60);
-    await daemon.kill("SIGKILL");
+    await world.daemon.kill("SIGKILL");
     const from = watcher.mark();
-    daemon = DaemonProcess.start(stack.dir, stack.config);
-    await daemon.ready([A]);
+    world.daemon = DaemonProcess.start(world.dir, world.config);
+    await world.daemon.ready([A]);
     const expired = await watcher.waitForJson(EVENTS, (e) => e.type === "expired", { from, what: "expired at restart" });
     expect(expired).toMatchObject({ holder: "line-a", token, reason: "restart" });
     await until(() => sim.device(1).targetPosition === SAFE_POSITION, { timeoutMs: 10_000, what: "the valve at its safe value" });

@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from "../../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, gatewayConfig, type GatewaySetup } from "./daemon.ts";
+import { TestController } from "./controller.ts";
+import { DaemonProcess, gatewayConfig, valve, type GatewaySetup } from "./daemon.ts";
 import { startMosquitto, type Broker } from "./mosquitto.ts";
 
 /** Clean-up steps, run in reverse order of registration; every step runs even if one fails. */
@@ -83,4 +84,33 @@ export async function startStack(teardown: Teardown, options: StackOptions): Pro
   const daemon = teardown.add(DaemonProcess.start(dir, config, { nodeArgs: options.nodeArgs ?? [] }), (d) => stopDaemon(d));
   await daemon.ready(options.fenced);
   return { dir, broker, sim, daemon, config };
+}
+
+export interface ValveStack extends Stack {
+  /** A controller with holder "line-a". */
+  readonly ctl: TestController;
+  /** The daemon running now: a test that starts another sets it, and teardown stops it. */
+  daemon: DaemonProcess;
+}
+
+/**
+ * The usual single-valve world: one actuator `id` on the simulator (unit 1, instant
+ * motion) over Modbus TCP, a controller, and the current daemon stopped at teardown.
+ */
+export async function startValveStack(
+  teardown: Teardown,
+  options: { readonly name: string; readonly id: string; readonly profile?: "fenced" | "plain"; readonly actuator?: Record<string, unknown>; readonly setup?: Partial<Omit<GatewaySetup, "brokerUrl" | "journalPath">>; readonly bus?: Record<string, unknown>; readonly nodeArgs?: readonly string[] },
+): Promise<ValveStack> {
+  const profile = options.profile ?? "fenced";
+  const stack = await startStack(teardown, {
+    name: options.name,
+    sim: () => ({ units: [1], rate: 0, profile }),
+    gateway: (at) => ({ buses: { sim: { type: "tcp", ...at, ...options.bus } }, actuators: [valve(options.id, "sim", 1, profile, options.actuator)], ...options.setup }),
+    fenced: profile === "fenced" ? [options.id] : [],
+    ...(options.nodeArgs ? { nodeArgs: options.nodeArgs } : {}),
+  });
+  const ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
+  const world: ValveStack = { ...stack, ctl };
+  teardown.add(world, (w) => stopDaemon(w.daemon));
+  return world;
 }

@@ -70,6 +70,21 @@ export function eventPayload(event: CoreEvent, at: Date): string {
   return JSON.stringify(out);
 }
 
+/** Who a gateway is, in its answer to `B/gateway/read` (src/adapters/mqtt/presence.ts). */
+export interface GatewayIdentity {
+  /** The gatewayId. */
+  readonly id: string;
+  /** The same for every start of one installation: this host and this journal (a hash: no paths on the broker). */
+  readonly instance: string;
+  readonly host: string;
+  readonly pid: number;
+}
+
+/** The reply to `B/gateway/read`: `{"id", "ok": true, "gateway": {"id", "instance", "host", "pid"}}`. */
+export function identityReplyPayload(id: string, identity: GatewayIdentity): string {
+  return JSON.stringify({ id, ok: true, gateway: identity });
+}
+
 /** The retained `B/gateway/<gatewayId>/status` payload (also the last will: `offline`). */
 export function gatewayStatusPayload(online: boolean): "online" | "offline" {
   return online ? "online" : "offline";
