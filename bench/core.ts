@@ -55,7 +55,7 @@ function timed(fn: () => void): number {
 const config: ActuatorConfig = {
   points: { position: { writable: true, min: 0, max: 100 } },
   expiryPolicy: { kind: "hold" },
-  limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 8, recentLimit: RECENT_LIMIT, safeWriteDeadlineMs: 1000 },
+  limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 8, recentLimit: RECENT_LIMIT, safeRetryMinMs: 250, safeRetryMaxMs: 10_000 },
 };
 
 /** One lease's life: acquire, 50 commands each answered by the device, release. */

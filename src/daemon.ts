@@ -11,6 +11,7 @@ import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite
 import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { MqttLink } from "./adapters/mqtt/link.ts";
+import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, probeGateways } from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
 import type { BusConfig, GatewayConfig } from "./config/schema.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
@@ -29,6 +30,14 @@ export const realScheduler: Scheduler = {
   },
   defer: (fn) => setImmediate(fn),
 };
+
+/** How long the start waits for the broker to ask about a gateway with the same id before it touches devices. */
+const PROBE_AT_START_MS = 3000;
+/** Exit code when another gateway has this gatewayId: a configuration problem (EX_CONFIG). */
+export const EXIT_DUPLICATE_GATEWAY = 78;
+
+/** Events kept for the first MQTT connection (a start with the broker down keeps the first ones). */
+const EVENTS_BEFORE_CONNECT_LIMIT = 1024;
 
 function busLink(bus: BusConfig): BusLink {
   if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
@@ -67,6 +76,15 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     log.info({ actuator, highestGranted: s.highestGranted, fence: s.fence }, "journal loaded");
   }
 
+  // Before any device is touched: is a gateway with this id already on the broker?
+  const identity = identityOf(config.gatewayId, config.journal.path);
+  const firstProbe = await probeGateways(config.mqtt, { gatewayId: config.gatewayId, connectTimeoutMs: PROBE_AT_START_MS });
+  const duplicate = duplicateOf(firstProbe, identity);
+  if (duplicate !== undefined) {
+    journal.close();
+    throw new DuplicateGatewayError(config.gatewayId, duplicate, config.mqtt.url);
+  }
+
   const buses = new Map<string, ModbusBus>();
   for (const [name, bus] of Object.entries(config.buses)) {
     buses.set(
@@ -101,9 +119,18 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     };
   });
 
+  let resolveFatal: (code: number) => void = () => {};
+  const fatal = new Promise<number>((resolve) => (resolveFatal = resolve));
+  const stopForDuplicate = (sentence: string) => {
+    log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, sentence);
+    resolveFatal(EXIT_DUPLICATE_GATEWAY);
+  };
   const link = new MqttLink({
     mqtt: config.mqtt,
     gatewayId: config.gatewayId,
+    identity,
+    otherWithSameId: async () => duplicateOf(await probeGateways(config.mqtt, { gatewayId: config.gatewayId }), identity),
+    onDisplaced: (by) => stopForDuplicate(displacedSentence(config.gatewayId, config.mqtt.clientId, by)),
     limits: {
       maxPayloadBytes: config.mqtt.maxPayloadBytes,
       minTtlMs: config.leases.minTtlMs,
@@ -116,21 +143,24 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   });
 
   let metrics: GatewayMetrics | null = null;
+  // Events of the start (leases ended by the restart, the safe writes it owes) happen before
+  // the broker is connected: they wait for the first connection, up to a bound.
+  let beforeConnect: [string, Parameters<Outbox["event"]>[1]][] | null = [];
   const outbox: Outbox = {
     reply: (ref, reply) => link.reply(ref, reply),
     event: (actuator, event) => {
       metrics?.onEvent(actuator, event);
-      link.event(actuator, event);
+      if (beforeConnect === null) link.event(actuator, event);
+      else if (beforeConnect.length < EVENTS_BEFORE_CONNECT_LIMIT) beforeConnect.push([actuator, event]);
     },
     state: (view) => link.state(view),
   };
 
-  let resolveFatal: (code: number) => void = () => {};
-  const fatal = new Promise<number>((resolve) => (resolveFatal = resolve));
   let journalFailed = false;
   let stopping = false;
   const gateway = new Gateway(
     {
+      gatewayId: config.gatewayId,
       journal,
       gatherMaxMs: config.journal.gatherMaxMs,
       clock: realClock,
@@ -180,7 +210,23 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     bus.start();
   }
   gateway.start();
-  void link.start(gateway);
+  void (async () => {
+    // Not reachable before the devices were: ask again before taking the client id.
+    let probe = firstProbe;
+    for (let waitMs = config.mqtt.reconnect.minMs; probe.kind === "unreachable" && !stopping; waitMs = Math.min(2 * waitMs, config.mqtt.reconnect.maxMs)) {
+      // The same line as the link's own connection errors (a refused password reads the same).
+      log.warn({ err: probe.reason, broker: config.mqtt.url, retryInMs: waitMs }, "MQTT error");
+      await new Promise((resolve) => setTimeout(resolve, waitMs));
+      probe = await probeGateways(config.mqtt, { gatewayId: config.gatewayId });
+    }
+    const other = duplicateOf(probe, identity);
+    if (other !== undefined) return stopForDuplicate(new DuplicateGatewayError(config.gatewayId, other, config.mqtt.url).message);
+    if (stopping) return;
+    await link.start(gateway);
+    const held = beforeConnect ?? [];
+    beforeConnect = null;
+    for (const [actuator, event] of held) link.event(actuator, event);
+  })();
   log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path }, "fencegate daemon started");
 
   const address = server?.address();

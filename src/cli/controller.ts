@@ -6,7 +6,7 @@
 import { hostname } from "node:os";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { loadConfigFile } from "../config/load.ts";
-import { FencegateClient, FencegateError, FencegateTimeoutError, type ActuatorState } from "../client/index.ts";
+import { FencegateClient, FencegateError, FencegateTimeoutError, withGatewayStatus, type ActuatorState } from "../client/index.ts";
 
 /** Exit codes: one per class of outcome. */
 export const EXIT = {
@@ -221,14 +221,16 @@ const COMMANDS: Record<string, Command> = {
       const waitMs = integer(ctx.values["wait-ms"], "wait-ms") ?? 500;
       const client = await ctx.connect();
       const states = new Map<string, ActuatorState>();
+      const gateways = await client.gatewayStatuses();
       const stop = await client.subscribe(`${client.base}/+/state`, (_t, body) => {
         const s = body as ActuatorState;
         if (typeof s?.actuator === "string") states.set(s.actuator, s);
       });
       // Retained states arrive right after subscribing; wait until they stop coming.
       await new Promise((r) => setTimeout(r, waitMs));
-      await stop();
-      const rows = [...states.values()].sort((a, b) => a.actuator.localeCompare(b.actuator));
+      await Promise.all([stop(), gateways.stop()]);
+      // A gateway that is offline (stopped, or its last will) serves no lease, whatever its last state said.
+      const rows = [...states.values()].map((s) => withGatewayStatus(s, gateways.get(s.gateway))).sort((a, b) => a.actuator.localeCompare(b.actuator));
       const table = [
         ["ACTUATOR", "ONLINE", "HOLDER", "TOKEN", "FENCE", "POINTS"],
         ...rows.map((s) => [

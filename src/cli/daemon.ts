@@ -7,6 +7,7 @@ import type { GatewayConfig } from "../config/schema.ts";
 import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
+import { DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
 
 export const EXIT = { OK: 0, USAGE: 64, CONFIG: 78, JOURNAL: 74, INTERNAL: 70 } as const;
 
@@ -23,7 +24,9 @@ examples:
   fencegate daemon --config /etc/fencegate/gateway.yaml
   fencegate daemon -c config/embedded.yaml --log-level debug
 
-exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable or failing, 78 configuration invalid`;
+exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable, failing or missing committed
+            history (see fencegate journal recover), 78 configuration invalid or another
+            gateway with the same gatewayId on the broker`;
 
 export async function main(argv: string[]): Promise<number> {
   let values;
@@ -60,14 +63,17 @@ export async function runDaemon(configPath: string, logLevel?: string): Promise<
     }
     throw err;
   }
-  return serve(config, logLevel);
+  return serve(config, logLevel, configPath);
 }
 
 const LOG_CHUNK_BYTES = 8 * 1024; // below sonic-boom's largest single write (16 KiB)
 const LOG_FLUSH_MS = 200;
 
-/** Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error. */
-export async function serve(config: GatewayConfig, logLevel?: string): Promise<number> {
+/**
+ * Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error.
+ * `configPath` (when it came from a file) completes the commands a refusal tells one to run.
+ */
+export async function serve(config: GatewayConfig, logLevel?: string, configPath?: string): Promise<number> {
   // Buffered, asynchronous stdout: lines leave in writes of LOG_CHUNK_BYTES, or every
   // LOG_FLUSH_MS, so a log line for every decision costs no write of its own under load
   // (each write is a hop to libuv's thread pool: 13 % of the daemon's CPU at 16 busy
@@ -79,8 +85,13 @@ export async function serve(config: GatewayConfig, logLevel?: string): Promise<n
   try {
     daemon = await startDaemon(config, log);
   } catch (err) {
+    if (err instanceof DuplicateGatewayError) {
+      log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, err.message);
+      return flushed(EXIT.CONFIG);
+    }
     if (err instanceof JournalError) {
-      log.fatal({ code: err.code, journal: config.journal.path }, err.message);
+      const recover = err.code === "JOURNAL_LOST_HISTORY" && configPath !== undefined ? { recover: `fencegate journal recover --config ${configPath}` } : {};
+      log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);
       return flushed(EXIT.JOURNAL);
     }
     log.fatal({ err: String(err) }, "the daemon could not start");

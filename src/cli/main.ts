@@ -24,6 +24,10 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
     summary: "check a configuration and this machine: serial ports, broker, journal, clock (--config FILE)",
     load: async () => (await import("./doctor.ts")).main,
   },
+  journal: {
+    summary: "journal recover --config FILE: token floors above anything ever granted, after lost history",
+    load: async () => (await import("./journal.ts")).main,
+  },
   sim: {
     summary: "run the simulated actuator (fenced or plain Modbus profile) on a serial device or TCP",
     load: async () => (await import("../../firmware-bridge/src/cli.ts")).main,

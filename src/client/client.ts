@@ -33,6 +33,21 @@ export interface ActuatorState {
   readonly fence: FenceView;
   readonly points: Readonly<Record<string, number>>;
   readonly at: string;
+  /** The gateway serving the actuator: its `B/gateway/<id>/status` says whether this state is current. */
+  readonly gateway?: string;
+  /** The gateway's own safe-value write, while it is owed. */
+  readonly safeWrite?: { readonly token: number; readonly attempts: number; readonly set: Readonly<Record<string, number>> } | null;
+}
+
+export type GatewayStatus = "online" | "offline";
+
+/**
+ * A retained state as it stands, given its gateway's status: a gateway that is `offline`
+ * (stopped, or its last will after a crash) serves no lease and reaches no device, whatever
+ * its last retained state said.
+ */
+export function withGatewayStatus(state: ActuatorState, status: GatewayStatus | undefined): ActuatorState {
+  return status === "offline" ? { ...state, online: false, lease: null } : state;
 }
 
 export interface ActuatorEvent {
@@ -167,21 +182,27 @@ export class FencegateClient {
   }
 
   /** @internal Calls `listener` with every JSON message on `filter` (a topic, `+` allowed). */
-  async subscribe(filter: string, listener: (topic: string, body: unknown) => void): Promise<() => Promise<void>> {
+  subscribe(filter: string, listener: (topic: string, body: unknown) => void): Promise<() => Promise<void>> {
+    return this.subscribeText(filter, (topic, text) => {
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        return; // not JSON: not ours to interpret
+      }
+      listener(topic, body);
+    });
+  }
+
+  /** @internal Calls `listener` with every message on `filter` (a topic, `+` allowed), as text. */
+  async subscribeText(filter: string, listener: (topic: string, text: string) => void): Promise<() => Promise<void>> {
     const levels = filter.split("/");
     const matches = (topic: string) => {
       const t = topic.split("/");
       return t.length === levels.length && levels.every((l, i) => l === "+" || l === t[i]);
     };
     const dispatch = (topic: string, payload: Buffer) => {
-      if (!matches(topic)) return;
-      let body: unknown;
-      try {
-        body = JSON.parse(payload.toString("utf8"));
-      } catch {
-        return; // not JSON: not ours to interpret
-      }
-      listener(topic, body);
+      if (matches(topic)) listener(topic, payload.toString("utf8"));
     };
     this.mqtt.on("message", dispatch);
     await this.mqtt.subscribeAsync(filter, { qos: 1 });
@@ -192,8 +213,25 @@ export class FencegateClient {
   }
 
   /**
+   * Follows every gateway's retained `B/gateway/<id>/status`; `onChange` is called with each
+   * gateway whose status arrives. Use with {@link withGatewayStatus}.
+   */
+  async gatewayStatuses(onChange: (gatewayId: string) => void = () => {}): Promise<{ get(gatewayId: string | undefined): GatewayStatus | undefined; stop(): Promise<void> }> {
+    const statuses = new Map<string, GatewayStatus>();
+    const stop = await this.subscribeText(`${this.base}/gateway/+/status`, (topic, text) => {
+      if (text !== "online" && text !== "offline") return;
+      const gatewayId = topic.split("/").at(-2)!;
+      statuses.set(gatewayId, text);
+      onChange(gatewayId);
+    });
+    return { get: (gatewayId) => (gatewayId === undefined ? undefined : statuses.get(gatewayId)), stop };
+  }
+
+  /**
    * States (retained, so the current one comes first) and events of `actuator` as an async
-   * iterator. Ends when the consumer breaks out of the loop or `signal` aborts.
+   * iterator. Each state is as it stands given its gateway's status ({@link withGatewayStatus}):
+   * when the gateway goes offline (stopped, or its last will), the state comes again, offline
+   * with no lease. Ends when the consumer breaks out of the loop or `signal` aborts.
    */
   async *watch(actuator: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<WatchItem> {
     const buffer: WatchItem[] = [];
@@ -203,8 +241,19 @@ export class FencegateClient {
       if (buffer.length > WATCH_BUFFER_LIMIT) buffer.shift();
       wake?.();
     };
+    let last: ActuatorState | null = null;
+    const pushState = () => {
+      if (last !== null) push({ kind: "state", state: withGatewayStatus(last, gateways.get(last.gateway)) });
+    };
+    const gateways = await this.gatewayStatuses((gatewayId) => {
+      if (last?.gateway === gatewayId) pushState();
+    });
     const unsubscribers = [
-      await this.subscribe(`${this.base}/${actuator}/state`, (_t, body) => push({ kind: "state", state: body as ActuatorState })),
+      gateways.stop,
+      await this.subscribe(`${this.base}/${actuator}/state`, (_t, body) => {
+        last = body as ActuatorState;
+        pushState();
+      }),
       await this.subscribe(`${this.base}/${actuator}/events`, (_t, body) => push({ kind: "event", event: body as ActuatorEvent })),
     ];
     const aborted = new Promise<void>((resolve) => options.signal?.addEventListener("abort", () => resolve(), { once: true }));

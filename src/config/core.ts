@@ -9,7 +9,8 @@ export function coreLimits(config: GatewayConfig): CoreLimits {
     maxTtlMs: config.leases.maxTtlMs,
     queueLimit: config.commands.queueLimit,
     recentLimit: config.commands.recentLimit,
-    safeWriteDeadlineMs: config.commands.safeWriteDeadlineMs,
+    safeRetryMinMs: config.commands.safeWriteRetry.minMs,
+    safeRetryMaxMs: config.commands.safeWriteRetry.maxMs,
   };
 }
 

@@ -4,7 +4,7 @@
  * line), and the files the configuration names (password, TLS), which are resolved
  * relative to the configuration file's directory.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, realpathSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { LineCounter, parseDocument, type Document } from "yaml";
 import { check, resolvePaths, type Finding } from "./parse.ts";
@@ -54,6 +54,7 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   need(["mqtt", "tls", "caFile"], config.mqtt.tls?.caFile);
   need(["mqtt", "tls", "certFile"], config.mqtt.tls?.certFile);
   need(["mqtt", "tls", "keyFile"], config.mqtt.tls?.keyFile);
+  fileProblems.push(...sameSerialDevice(config).map((f) => locate(f, doc, lines)));
   const secret = need(["mqtt", "passwordFile"], config.mqtt.passwordFile);
   const password = secret?.replace(/\r?\n$/, "");
   if (password === "") {
@@ -61,6 +62,31 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   }
   if (fileProblems.length > 0) throw new ConfigError(byLine(fileProblems), options.file);
   return password === undefined ? config : { ...config, mqtt: { ...config.mqtt, password } };
+}
+
+/**
+ * Two buses whose serial paths are one device (a /dev/serial/by-id link and the ttyUSB it
+ * points to, say): two masters on one line, the same units behind both. Paths that do not
+ * exist yet are left to the daemon and doctor.
+ */
+function sameSerialDevice(config: GatewayConfig): Finding[] {
+  const found: Finding[] = [];
+  const byDevice = new Map<string, { bus: string; path: string }>();
+  for (const [bus, b] of Object.entries(config.buses)) {
+    if (b.type !== "rtu") continue;
+    let device: string;
+    try {
+      device = realpathSync(b.path);
+    } catch {
+      continue;
+    }
+    const other = byDevice.get(device);
+    if (other === undefined) byDevice.set(device, { bus, path: b.path });
+    else if (other.path !== b.path) {
+      found.push({ segments: ["buses", bus, "path"], message: `Serial port "${b.path}" is ${device}, the same device as bus "${other.bus}"'s "${other.path}"; put all units on that port under one bus.` });
+    }
+  }
+  return found;
 }
 
 /** In file order, as the reader will fix them (stable: same line keeps the reported order). */

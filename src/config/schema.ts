@@ -417,8 +417,13 @@ const commands = z.strictObject({
   defaultDeadlineMs: ms(10, HOUR_MS).default(5000),
   /** The largest deadlineMs a request may ask for. */
   maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
-  /** Deadline of the gateway's own safe-value write when a lease expires. */
-  safeWriteDeadlineMs: ms(10, HOUR_MS).default(5000),
+  /**
+   * The gateway's own safe-value write (expiry policy "safe") is retried until the device
+   * confirms it or a newer lease supersedes it: after minMs, doubling up to maxMs between attempts.
+   */
+  safeWriteRetry: backoff({ minMs: 250, maxMs: 10_000 }),
+  /** Obsolete, accepted so that older files still load: the safe write no longer gives up at a deadline (safeWriteRetry). */
+  safeWriteDeadlineMs: ms(10, HOUR_MS).optional(),
   /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
   queueLimit: intIn(1, 1024).default(16),
   /** Accepted commands remembered per actuator, to answer retries with DUPLICATE. */
@@ -479,13 +484,23 @@ export const gatewayConfigSchema = z.strictObject({
     mqtt: { ...c.mqtt, clientId: c.mqtt.clientId ?? `fencegate-${c.gatewayId}` },
   }));
 
-/** Actuators against buses and each other: ids unique, buses exist, units unique per bus. */
+/**
+ * Where a bus reaches its devices: a Modbus TCP host and port, the same for every spelling
+ * of the host that needs no name lookup (case, a trailing dot, IPv6 brackets). Two buses
+ * with one endpoint are two connections to the same devices (fine, for different units).
+ */
+export function tcpEndpoint(host: string, port: number): string {
+  return `${host.toLowerCase().replace(/^\[(.*)\]$/, "$1").replace(/\.$/, "")}:${port}`;
+}
+
+/** Actuators against buses and each other: ids unique, buses exist, units unique per bus and per TCP endpoint. */
 function checkReferences(root: unknown, ctx: Ctx): void {
   if (!isRecord(root) || !Array.isArray(root.actuators)) return;
   const buses = isRecord(root.buses) ? root.buses : undefined;
   const busNames = buses === undefined ? [] : Object.keys(buses);
   const ids = new Map<string, number>();
   const units = new Map<string, number>();
+  const atEndpoint = new Map<string, number>();
   root.actuators.forEach((a: unknown, i: number) => {
     if (!isRecord(a)) return;
     if (typeof a.id === "string") {
@@ -509,7 +524,23 @@ function checkReferences(root: unknown, ctx: Ctx): void {
     const previous = units.get(key);
     if (previous !== undefined) {
       ctx.addIssue({ code: "custom", path: ["actuators", i, "unit"], message: `Unit ${String(a.unit)} on bus "${a.bus}" is already used by actuators[${previous}]; each device on a bus needs its own unit id.` });
-    } else units.set(key, i);
+      return;
+    }
+    units.set(key, i);
+    // Two buses to one Modbus TCP endpoint reach the same units: one device, two actuators,
+    // two lease tables, two fences, and both controllers' commands at the one device.
+    const bus = buses[a.bus];
+    if (!isRecord(bus) || bus.type !== "tcp" || typeof bus.host !== "string") return;
+    const endpoint = tcpEndpoint(bus.host, typeof bus.port === "number" ? bus.port : 502);
+    const other = atEndpoint.get(`${endpoint}\u0000${String(a.unit)}`);
+    if (other !== undefined) {
+      const first = (root.actuators as Record<string, unknown>[])[other]!;
+      ctx.addIssue({
+        code: "custom",
+        path: ["actuators", i, "unit"],
+        message: `Unit ${String(a.unit)} at ${endpoint} is already actuators[${other}] (bus "${String(first.bus)}"): buses "${String(first.bus)}" and "${a.bus}" reach the same device there. Give each device one actuator, on one bus.`,
+      });
+    } else atEndpoint.set(`${endpoint}\u0000${String(a.unit)}`, i);
   });
 }
 

@@ -12,6 +12,7 @@ import type {
   ActuatorConfig,
   ActuatorState,
   CommandRecord,
+  CoreEvent,
   Effect,
   ErrorBody,
   Fence,
@@ -23,6 +24,7 @@ import type {
   QueuedCommand,
   Reply,
   ReplyRef,
+  SafeWrite,
   StepResult,
 } from "./types.ts";
 
@@ -33,24 +35,31 @@ const MAX_TOKEN = Number.MAX_SAFE_INTEGER;
 
 export interface DurableSnapshot {
   readonly highestGranted: number;
+  /** Who was granted `highestGranted`; null when it came from a device's fence or a floor. */
+  readonly lastGrantHolder: string | null;
   readonly fence: Fence;
   readonly recent: readonly CommandRecord[];
 }
 
-/** The state after a (re)start: durable parts from the journal, no lease, link unknown (down). */
+/**
+ * The state after a (re)start: durable parts from the journal, no lease, link unknown (down).
+ * Feed it a `restart` input next: that ends the leases granted before and owes the safe write.
+ */
 export function initialState(snapshot: DurableSnapshot): ActuatorState {
   return {
     highestGranted: snapshot.highestGranted,
+    lastGrantHolder: snapshot.lastGrantHolder,
     fence: snapshot.fence,
     lease: null,
     online: false,
     queue: [],
     inFlight: null,
     recent: snapshot.recent,
+    safeWrite: null,
   };
 }
 
-export const EMPTY_SNAPSHOT: DurableSnapshot = { highestGranted: 0, fence: { token: 0, seq: null }, recent: [] };
+export const EMPTY_SNAPSHOT: DurableSnapshot = { highestGranted: 0, lastGrantHolder: null, fence: { token: 0, seq: null }, recent: [] };
 
 export function isLive(lease: Lease | null, nowMs: number): lease is Lease {
   return lease !== null && nowMs < lease.expiresAtMs;
@@ -125,6 +134,12 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
     case "tick":
       dropOverdue(s);
       break;
+    case "restart":
+      restart(s);
+      break;
+    case "shutdown":
+      shutdown(s);
+      break;
     case "link":
       link(s, input.online);
       break;
@@ -142,38 +157,72 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
 function expireIfDue(s: Step): void {
   const { lease } = s.state;
   if (lease === null || s.nowMs < lease.expiresAtMs) return;
+  endLease(s, lease, {});
+}
+
+/** Ends `lease` (not by its holder's release): `expired`, and for policy "safe" the safe write. */
+function endLease(s: Step, lease: Lease, why: Pick<CoreEvent, "code" | "reason">): void {
   s.set({ lease: null });
-  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token } });
+  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, ...why } });
   s.emit({ kind: "stateChanged" });
-  if (s.config.expiryPolicy.kind === "safe") driveToSafe(s, s.config.expiryPolicy.set);
+  oweSafeWrite(s);
 }
 
 /**
- * On expiry with policy "safe" the gateway takes a token of its own, which raises the
- * fence exactly like a grant, and queues the safe value ahead of everything else.
+ * Policy "safe": the gateway takes a token of its own, which raises the fence exactly like a
+ * grant (so nothing of the ended lease is accepted any more), and owes the device the safe
+ * values until it confirms them or a newer grant supersedes them. `pump` sends the attempts.
  */
-function driveToSafe(s: Step, set: PointValues): void {
+function oweSafeWrite(s: Step): void {
+  if (s.config.expiryPolicy.kind !== "safe") return;
   const token = grantToken(s, GATEWAY_HOLDER);
   if (token === null) return;
-  const cmd: QueuedCommand = {
-    ref: null,
-    holder: GATEWAY_HOLDER,
-    token,
-    seq: 0,
-    set,
-    deadlineAtMs: s.nowMs + s.config.limits.safeWriteDeadlineMs,
-    internal: true,
-  };
-  s.set({ queue: [cmd, ...s.state.queue] });
+  const attempts = s.state.safeWrite?.attempts ?? 0;
+  s.set({ safeWrite: { token, seq: 0, attempts, notBeforeMs: s.state.safeWrite?.notBeforeMs ?? s.nowMs } });
+  s.emit({ kind: "stateChanged" });
 }
 
 /** Raises highestGranted and the fence to a fresh token, durably before anything after it. */
 function grantToken(s: Step, holder: string): number | null {
   if (s.state.highestGranted >= MAX_TOKEN) return null;
   const token = s.state.highestGranted + 1;
-  s.set({ highestGranted: token, fence: { token, seq: null } });
+  s.set({ highestGranted: token, lastGrantHolder: holder, fence: { token, seq: null } });
   s.emit({ kind: "persist", record: { type: "granted", holder, token } });
   return token;
+}
+
+/**
+ * The gateway restarted. Every lease granted before has ended, but the journal does not say
+ * whether the newest one was still live, released or expired: it knows who got the newest
+ * token and which commands were recorded. So a controller's newest grant is reported as
+ * ended (`expired`, reason "restart"), and for policy "safe" the safe write is owed unless
+ * the journal proves the device is already at the safe values: the newest record is the
+ * gateway's own write under the newest token, confirmed applied. Anything else (a
+ * controller's grant, with or without commands; the gateway's write unconfirmed or lost in
+ * the crash; a token learned from a device) may leave the device at a controller's value
+ * with no lease, and writing the safe values again is harmless.
+ */
+function restart(s: Step): void {
+  const { highestGranted, lastGrantHolder, recent } = s.state;
+  if (highestGranted === 0) return; // nothing was ever granted: no controller moved the device
+  if (lastGrantHolder !== null && lastGrantHolder !== GATEWAY_HOLDER) {
+    s.emit({ kind: "event", event: { type: "expired", holder: lastGrantHolder, token: highestGranted, reason: "restart" } });
+  }
+  const newest = recent.at(-1);
+  const atSafeValues = lastGrantHolder === GATEWAY_HOLDER && newest?.holder === GATEWAY_HOLDER && newest.token === highestGranted && newest.outcome?.kind === "applied";
+  if (!atSafeValues) oweSafeWrite(s);
+}
+
+/** The gateway stops: the live lease ends now rather than at the next start. */
+function shutdown(s: Step): void {
+  const { lease } = s.state;
+  if (lease !== null) endLease(s, lease, { reason: "shutdown" });
+}
+
+/** The pause before the next attempt, after `attempts` attempts sent. */
+export function safeRetryDelayMs(limits: ActuatorConfig["limits"], attempts: number): number {
+  const doublings = Math.min(Math.max(attempts - 1, 0), 30);
+  return Math.min(limits.safeRetryMaxMs, limits.safeRetryMinMs * 2 ** doublings);
 }
 
 function leaseError(s: Step, code: ErrorCode, message: string): ErrorBody {
@@ -212,7 +261,8 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: 
     s.refuse(ref, { code: "INTERNAL", message: "The token space of this actuator is exhausted; replace its journal and device fence." }, { holder });
     return;
   }
-  s.set({ lease: { holder, token, ttlMs, expiresAtMs: s.nowMs + ttlMs, ...(secret !== undefined ? { secret } : {}) } });
+  // A newer grant supersedes the safe write still owed: the new holder decides now.
+  s.set({ lease: { holder, token, ttlMs, expiresAtMs: s.nowMs + ttlMs, ...(secret !== undefined ? { secret } : {}) }, safeWrite: null });
   s.reply(ref, { ok: true, lease: { holder, token, ttlMs, ...(secret !== undefined ? { secret } : {}) } });
   s.emit({ kind: "event", event: { type: "granted", holder, token } });
   s.emit({ kind: "stateChanged" });
@@ -315,9 +365,9 @@ type Verdict = { kind: "accept" } | { kind: "refuse"; error: ErrorBody } | { kin
 /** The acceptance rule, identical at arrival and at dequeue. */
 function judge(s: Step, cmd: Pick<QueuedCommand, "holder" | "token" | "seq" | "set" | "internal">): Verdict {
   if (cmd.internal) {
-    // The gateway's own write is valid only while nothing has moved the fence since.
+    // The gateway's own write is valid only while no newer token has moved the fence.
     const { fence } = s.state;
-    return fence.token === cmd.token && fence.seq === null
+    return fence.token === cmd.token && isAboveFence(cmd.token, cmd.seq, fence)
       ? { kind: "accept" }
       : { kind: "refuse", error: leaseError(s, "STALE_TOKEN", "A newer lease superseded the safe-value write.") };
   }
@@ -375,8 +425,13 @@ function arrive(s: Step, input: Extract<Input, { type: "command" }>): void {
   s.set({ queue: [...s.state.queue, cmd] });
 }
 
-/** Sends the next acceptable queued command to the device, re-judging it at this moment. */
+/**
+ * Sends the next acceptable command to the device, re-judging it at this moment: an owed
+ * safe write first, once its backoff has passed (queued commands can then only be stale
+ * ones of the ended lease), else the queue's head.
+ */
 function pump(s: Step): void {
+  sendSafeWriteIfDue(s);
   while (s.state.inFlight === null && s.state.queue.length > 0) {
     const [cmd, ...rest] = s.state.queue as [QueuedCommand, ...QueuedCommand[]];
     s.set({ queue: rest });
@@ -402,6 +457,16 @@ function pump(s: Step): void {
   }
 }
 
+function sendSafeWriteIfDue(s: Step): void {
+  const safe = s.state.safeWrite;
+  const { expiryPolicy } = s.config;
+  if (safe === null || expiryPolicy.kind !== "safe" || s.state.inFlight !== null || !s.state.online || s.nowMs < safe.notBeforeMs) return;
+  const cmd: QueuedCommand = { ref: null, holder: GATEWAY_HOLDER, token: safe.token, seq: safe.seq, set: expiryPolicy.set, deadlineAtMs: s.nowMs, internal: true };
+  if (judge(s, cmd).kind !== "accept") return; // unreachable: a newer grant clears the safe write
+  s.set({ safeWrite: { ...safe, seq: safe.seq + 1, attempts: safe.attempts + 1 } });
+  accept(s, cmd);
+}
+
 function accept(s: Step, cmd: QueuedCommand): void {
   const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: boundRecent([...s.state.recent, record], s.config.limits.recentLimit) });
@@ -421,6 +486,13 @@ function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): vo
   if (cmd === null || cmd.token !== token || cmd.seq !== seq) return; // not ours: nothing waits for it
   const recent = s.state.recent.map((r) => (r.token === token && r.seq === seq && r.holder === cmd.holder ? { ...r, outcome } : r));
   s.set({ inFlight: null, recent });
+  const safe = s.state.safeWrite;
+  if (cmd.internal && safe !== null) {
+    // Confirmed under the token it is owed under: nothing more is owed. Failed or unknown
+    // (or refused by a device whose fence moved it to a newer token): again, after the backoff.
+    if (outcome.kind !== "applied") s.set({ safeWrite: { ...safe, notBeforeMs: s.nowMs + safeRetryDelayMs(s.config.limits, safe.attempts) } });
+    else if (safe.token === token) s.set({ safeWrite: null });
+  }
   s.emit({ kind: "persist", record: { type: "outcome", token, seq, outcome } });
   const reply = outcomeReply({ ...cmd, outcome });
   if (reply.ok) {
@@ -451,6 +523,7 @@ function link(s: Step, online: boolean): void {
   s.set({ online });
   s.emit({ kind: "stateChanged" });
   if (online) return;
+  // An owed safe write stays owed: it is sent once the link is back.
   for (const cmd of s.state.queue) {
     s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "The link to the device went down; the command was not sent."), cmd);
   }
@@ -466,20 +539,24 @@ function observeDeviceFence(s: Step, device: Fence): void {
   const fence = compareFence(device, s.state.fence) > 0 ? device : s.state.fence;
   const highestGranted = Math.max(s.state.highestGranted, device.token);
   if (fence === s.state.fence && highestGranted === s.state.highestGranted) return;
-  s.set({ fence, highestGranted });
+  const learned = highestGranted > s.state.highestGranted;
+  s.set({ fence, highestGranted, ...(learned ? { lastGrantHolder: null } : {}) });
   // A grant always raises the fence to the new token, so fence.token === highestGranted.
   s.emit({ kind: "persist", record: { type: "fenceObserved", token: fence.token, seq: fence.seq } });
-  const lease = s.state.lease;
-  if (lease !== null && lease.token < highestGranted) {
-    s.set({ lease: null });
-    s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "STALE_TOKEN" } });
-  }
   s.emit({ kind: "stateChanged" });
+  const { lease, safeWrite } = s.state;
+  if (lease !== null && lease.token < highestGranted) endLease(s, lease, { code: "STALE_TOKEN" });
+  // The device refuses the owed safe write's token now: it is owed under a token above the device's.
+  else if (safeWrite !== null && safeWrite.token < highestGranted) oweSafeWrite(s);
 }
 
-/** When the shell must next feed a `tick`: the lease's expiry or the nearest queued deadline. */
+/**
+ * When the shell must next feed a `tick`: the lease's expiry, the nearest queued deadline,
+ * or the next attempt of an owed safe write (only while it can be sent: link up, device idle).
+ */
 export function nextWakeMs(state: ActuatorState): number | null {
   let wake = state.lease?.expiresAtMs ?? Number.POSITIVE_INFINITY;
   for (const cmd of state.queue) wake = Math.min(wake, cmd.deadlineAtMs);
+  if (state.safeWrite !== null && state.online && state.inFlight === null) wake = Math.min(wake, state.safeWrite.notBeforeMs);
   return Number.isFinite(wake) ? wake : null;
 }

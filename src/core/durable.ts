@@ -20,18 +20,28 @@ function maxFence(a: Fence, b: Fence): Fence {
   return (a.seq ?? -1) >= (b.seq ?? -1) ? a : b;
 }
 
+/**
+ * Who holds the highest token once `token` is on record: `holder` when it is above every
+ * earlier one (null: a token learned from a device, or a floor), else unchanged.
+ */
+function grantHolder(snapshot: DurableSnapshot, token: number, holder: string | null): string | null {
+  return token > snapshot.highestGranted ? holder : snapshot.lastGrantHolder;
+}
+
 export function applyRecord(snapshot: DurableSnapshot, record: JournalRecord, recentLimit: number): DurableSnapshot {
   switch (record.type) {
     case "granted":
       return {
         ...snapshot,
         highestGranted: Math.max(snapshot.highestGranted, record.token),
+        lastGrantHolder: grantHolder(snapshot, record.token, record.holder),
         fence: maxFence(snapshot.fence, { token: record.token, seq: null }),
       };
     case "fenceObserved":
       return {
         ...snapshot,
         highestGranted: Math.max(snapshot.highestGranted, record.token),
+        lastGrantHolder: grantHolder(snapshot, record.token, null),
         fence: maxFence(snapshot.fence, { token: record.token, seq: record.seq }),
       };
     case "intent": {
@@ -39,6 +49,7 @@ export function applyRecord(snapshot: DurableSnapshot, record: JournalRecord, re
       const recent = [...snapshot.recent, entry];
       return {
         highestGranted: Math.max(snapshot.highestGranted, record.token),
+        lastGrantHolder: grantHolder(snapshot, record.token, null),
         fence: maxFence(snapshot.fence, { token: record.token, seq: record.seq }),
         recent: recent.length > recentLimit ? recent.slice(recent.length - recentLimit) : recent,
       };

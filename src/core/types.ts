@@ -39,8 +39,12 @@ export interface CoreLimits {
   readonly queueLimit: number;
   /** Accepted commands remembered to answer retries with DUPLICATE. */
   readonly recentLimit: number;
-  /** Deadline given to the gateway's own safe-value write on lease expiry. */
-  readonly safeWriteDeadlineMs: number;
+  /**
+   * The gateway's own safe-value write is retried until the device confirms it: the first
+   * retry after `safeRetryMinMs`, doubling up to `safeRetryMaxMs` between attempts.
+   */
+  readonly safeRetryMinMs: number;
+  readonly safeRetryMaxMs: number;
 }
 
 export interface ActuatorConfig {
@@ -81,9 +85,27 @@ export interface QueuedCommand {
   readonly internal: boolean;
 }
 
+/**
+ * The gateway's own write of the safe values (expiry policy "safe"), owed from the moment a
+ * lease ends (expiry, restart, shutdown, a device fence ahead) until the device confirms it
+ * or a newer grant supersedes it. Attempts under one token are (token, 0), (token, 1), ...
+ */
+export interface SafeWrite {
+  /** The gateway's own token for it, granted (durably) like a lease's. */
+  readonly token: number;
+  /** The seq of the next attempt under `token`. */
+  readonly seq: number;
+  /** Attempts sent so far, under every token: the backoff grows with them. */
+  readonly attempts: number;
+  /** Monotonic time before which the next attempt is not sent (backoff after a failure). */
+  readonly notBeforeMs: number;
+}
+
 export interface ActuatorState {
   /** Durable: the highest token ever granted for this actuator. */
   readonly highestGranted: number;
+  /** Durable: who was granted `highestGranted`, or null when it came from a device's fence or a floor. */
+  readonly lastGrantHolder: string | null;
   /** Durable: see {@link Fence}. */
   readonly fence: Fence;
   /** Volatile: gone on restart, by design (a restart is uncertainty). */
@@ -93,6 +115,8 @@ export interface ActuatorState {
   readonly inFlight: QueuedCommand | null;
   /** Durable, bounded, oldest first. */
   readonly recent: readonly CommandRecord[];
+  /** Volatile: the safe write owed, if any (decided again from the durable parts at restart). */
+  readonly safeWrite: SafeWrite | null;
 }
 
 /** What the journal stores; each is one atomic durable step. */
@@ -156,6 +180,8 @@ export interface CoreEvent {
   readonly token?: number;
   readonly seq?: number;
   readonly code?: ErrorCode;
+  /** On `expired`: the lease ended because the gateway restarted or stopped, not by its TTL. */
+  readonly reason?: "restart" | "shutdown";
 }
 
 /**
@@ -202,6 +228,10 @@ export type Input =
     })
   | (Timed & { readonly type: "deviceResult"; readonly token: number; readonly seq: number; readonly outcome: Outcome })
   | (Timed & { readonly type: "tick" })
+  /** The gateway (re)started over this state: every lease granted before has ended. */
+  | (Timed & { readonly type: "restart" })
+  /** The gateway is stopping: the live lease ends now. */
+  | (Timed & { readonly type: "shutdown" })
   | (Timed & { readonly type: "link"; readonly online: boolean })
   | (Timed & { readonly type: "deviceFence"; readonly token: number; readonly seq: number | null });
 

@@ -6,14 +6,18 @@
  * is clean and uses its own client id.
  */
 import { execFile } from "node:child_process";
+import dns from "node:dns/promises";
 import fs from "node:fs";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { SerialPort } from "serialport";
+import { markPath } from "../adapters/journal/mark.ts";
 import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
+import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
+import { identityOf, probeGateways } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
@@ -59,7 +63,9 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   for (const [name, bus] of Object.entries(config.buses)) {
     findings.push(...(bus.type === "rtu" ? await checkSerial(name, bus) : [await checkModbusTcp(name, bus)]));
   }
+  findings.push(...(await checkSharedTcpDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
+  findings.push(await checkGatewayId(config));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
   findings.push(...checkJournalFile(config));
   return findings;
@@ -338,6 +344,40 @@ export function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Findi
   });
 }
 
+/**
+ * Two TCP buses whose hosts are different names for one address (localhost and 127.0.0.1,
+ * a DNS name and its IP), with an actuator on the same unit of each: one device, two
+ * actuators. The configuration itself catches the same spelling; this needs name lookups.
+ */
+export async function checkSharedTcpDevices(config: GatewayConfig): Promise<Finding[]> {
+  const addresses = new Map<string, string[]>();
+  for (const [name, bus] of Object.entries(config.buses)) {
+    if (bus.type !== "tcp") continue;
+    const found = await dns.lookup(bus.host, { all: true }).catch(() => []);
+    addresses.set(name, found.map((a) => `${a.address}:${bus.port}`));
+  }
+  const seen = new Map<string, number>();
+  const findings: Finding[] = [];
+  config.actuators.forEach((a, i) => {
+    for (const endpoint of new Set(addresses.get(a.bus) ?? [])) {
+      const other = seen.get(`${endpoint} ${a.unit}`);
+      const first = other === undefined ? undefined : config.actuators[other]!;
+      if (first === undefined) {
+        seen.set(`${endpoint} ${a.unit}`, i);
+      } else if (first.bus !== a.bus) {
+        findings.push({
+          check: "buses",
+          status: "fail",
+          message: `actuators[${i}] (${a.id}, bus "${a.bus}") and actuators[${other}] (${first.id}, bus "${first.bus}") are both unit ${a.unit} at ${endpoint}: one device, two actuators, two lease tables, and both controllers' commands reach it.`,
+          fix: `Keep one of them: put every unit at ${endpoint} under one bus.`,
+        });
+        return;
+      }
+    }
+  });
+  return findings;
+}
+
 // ---------------------------------------------------------------------------------------
 // Broker
 
@@ -433,6 +473,32 @@ export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<
   }
 }
 
+/**
+ * Whether another gateway on the broker has this gatewayId: each answers `B/gateway/read`
+ * with its identity, and the one of this configuration (this host, this journal) is told
+ * apart from a copy elsewhere.
+ */
+export async function checkGatewayId(config: GatewayConfig): Promise<Finding> {
+  const check = "gateway id";
+  const id = config.gatewayId;
+  const result = await probeGateways(config.mqtt, { gatewayId: id, waitForAll: true });
+  if (result.kind === "unreachable") return { check, status: "info", message: `Whether another gateway uses gatewayId "${id}" was not checked: the broker cannot be reached (${result.reason}).` };
+  const same = result.gateways.filter((g) => g.id === id);
+  const mine = identityOf(id, config.journal.path).instance;
+  const others = same.filter((g) => g.instance !== mine);
+  const where = (gs: readonly GatewayIdentity[]) => gs.map((g) => `host ${g.host}, pid ${g.pid}`).join("; ");
+  if (others.length > 0 || same.length > 1) {
+    return {
+      check,
+      status: "fail",
+      message: `Another fencegate with gatewayId "${id}" is connected to ${config.mqtt.url} (${where(others.length > 0 ? others : same)}): two gateways with one id take each other's MQTT client id and both answer for the same actuators; the daemon refuses to start beside it (exit 78).`,
+      fix: `Give this gateway its own gatewayId in the configuration, or stop the other one.`,
+    };
+  }
+  if (same.length === 1) return { check, status: "ok", message: `The daemon of this configuration is running (${where(same)}); no other gateway uses gatewayId "${id}".` };
+  return { check, status: "ok", message: `No gateway on the broker uses gatewayId "${id}" (${result.gateways.length} other gateway(s) answered).` };
+}
+
 /** An actuator id no deployment uses: a running gateway answers the probe UNKNOWN_ACTUATOR. */
 const PROBE_ACTUATOR = "fencegate-doctor-probe";
 
@@ -518,6 +584,8 @@ export function checkJournalDir(journalPath: string, slowFsyncMs: number): Findi
     : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details }];
 }
 
+const RECOVER_FIX = "Put the missing file back if you have it; otherwise stop the controllers of plain actuators and run `fencegate journal recover --config <this file>` (docs/deploy.md, the journal).";
+
 function writable(dir: string): boolean {
   try {
     fs.accessSync(dir, fs.constants.W_OK | fs.constants.X_OK);
@@ -543,6 +611,9 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   try {
     stat = fs.statSync(file);
   } catch {
+    if (fs.existsSync(markPath(file))) {
+      return [{ check, status: "fail", message: `${file} is missing, but ${markPath(file)} says a journal was kept here: the daemon will refuse to start (exit 74) rather than grant its tokens again.`, fix: RECOVER_FIX }];
+    }
     return [{ check, status: "info", message: `${file} does not exist yet: the first start creates it, and tokens start above the fences the fenced devices report.` }];
   }
   try {
@@ -555,7 +626,7 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   const copy = path.join(copyDir, "journal.db");
   try {
     fs.copyFileSync(file, copy);
-    if (fs.existsSync(`${file}-wal`)) fs.copyFileSync(`${file}-wal`, `${copy}-wal`);
+    for (const beside of [`${file}-wal`, markPath(file)]) if (fs.existsSync(beside)) fs.copyFileSync(beside, copy + beside.slice(file.length));
     const journal = openSqliteJournal({ path: copy, recentLimit: config.commands.recentLimit });
     try {
       const snapshots = journal.load();
@@ -569,9 +640,10 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
       journal.close();
     }
   } catch (err) {
-    const message = err instanceof JournalError ? err.message : (err as Error).message;
+    const message = (err instanceof JournalError ? err.message : (err as Error).message).replaceAll(copy, file);
     const live = holders.length > 0 ? " The daemon was running: stop it (systemctl stop fencegate) and run doctor again before acting on this." : "";
-    return [{ check, status: "fail", message: `${message}${live}`, fix: "Restore the journal from a backup, or move it and its -wal file aside to start fresh (docs/deploy.md, Backups)." }];
+    const fix = err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY" ? RECOVER_FIX : "Restore the journal from a backup, or move it and its -wal file aside to start fresh (docs/deploy.md, Backups).";
+    return [{ check, status: "fail", message: `${message}${live}`, fix }];
   } finally {
     fs.rmSync(copyDir, { recursive: true, force: true });
   }

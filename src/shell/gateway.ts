@@ -7,7 +7,10 @@
  *   reply / event / stateChanged → handed to the outbox
  *
  * Effects of successive steps of one actuator run strictly one after another, so a reply
- * or a published state never runs ahead of the journal.
+ * or a published state never runs ahead of the journal. Whatever is shown outside the
+ * core's effects (a `read` reply, the state published after a poll, /status) shows the
+ * state as of the last step whose effects have all been carried out: never a lease, token
+ * or fence whose record is still on its way to the disk.
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
@@ -45,6 +48,8 @@ export interface ActuatorBinding {
 }
 
 export interface GatewayDeps {
+  /** The gatewayId, named in every state: clients read `B/gateway/<id>/status` with it. */
+  readonly gatewayId: string;
   readonly journal: Journal;
   readonly clock: Clock;
   readonly scheduler: Scheduler;
@@ -66,7 +71,10 @@ export interface GatewayDeps {
 export const READ_BACK_SETTLE_MS = 100;
 
 class ActuatorRuntime {
+  /** The core's state: decisions are made on it, some of them not yet durable. */
   state: ActuatorState;
+  /** The state as of the last step whose effects were all carried out: the one shown. */
+  private shown: ActuatorState;
   points: PointValues = {};
   fenceKnown: boolean;
   private chain: Promise<void> = Promise.resolve();
@@ -85,6 +93,7 @@ class ActuatorRuntime {
     private readonly gw: Gateway,
   ) {
     this.state = initialState(snapshot);
+    this.shown = this.state;
     this.fenceKnown = !binding.fenced;
   }
 
@@ -108,7 +117,7 @@ class ActuatorRuntime {
   }
 
   private async perform(effects: readonly Effect[], snapshot: ActuatorState): Promise<void> {
-    const lastStateChange = effects.map((e) => e.kind).lastIndexOf("stateChanged");
+    let stateChanged = false;
     for (let i = 0; i < effects.length; i++) {
       const effect = effects[i]!;
       switch (effect.kind) {
@@ -132,10 +141,13 @@ class ActuatorRuntime {
           this.gw.publishEvent(this.id, effect.event);
           break;
         case "stateChanged":
-          if (i === lastStateChange) this.publishState(snapshot);
+          stateChanged = true;
           break;
       }
     }
+    // Once, after every persist of the step: a step's records may follow its stateChanged.
+    this.shown = snapshot;
+    if (stateChanged) this.publishState();
   }
 
   private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
@@ -187,7 +199,7 @@ class ActuatorRuntime {
       .read()
       .then((points) => {
         this.points = points;
-        this.publishState(this.state);
+        this.publishState();
         if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
         return true;
       })
@@ -229,20 +241,26 @@ class ActuatorRuntime {
     loop();
   }
 
-  view(snapshot: ActuatorState): StateView {
+  /** What may be shown of this actuator now: its durable decisions only. */
+  view(): StateView {
     const { clock } = this.gw.deps;
+    const snapshot = this.shown;
+    const { expiryPolicy } = this.binding.config;
+    const safe = snapshot.safeWrite;
     return {
       actuator: this.id,
       online: snapshot.online,
       lease: viewLease(snapshot.lease, clock.monotonicMs()),
       fence: snapshot.fence,
       points: this.points,
+      gateway: this.gw.deps.gatewayId,
+      safeWrite: safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
       at: clock.wallNow(),
     };
   }
 
-  publishState(snapshot: ActuatorState): void {
-    const view = this.view(snapshot);
+  publishState(): void {
+    const view = this.view();
     // Lease countdowns change every millisecond; publish on a change of substance only.
     const key = JSON.stringify({ ...view, at: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
     if (key === this.lastPublished) return;
@@ -286,9 +304,15 @@ export class Gateway {
     }
   }
 
-  /** Starts polling every actuator; link changes arrive through {@link linkChanged}. */
+  /**
+   * Tells the core it restarted (every earlier lease has ended; a safe write may be owed)
+   * and starts polling every actuator; link changes arrive through {@link linkChanged}.
+   */
   start(): void {
-    for (const rt of this.runtimes.values()) rt.startPolling();
+    for (const rt of this.runtimes.values()) {
+      this.now((nowMs) => rt.dispatch({ type: "restart", nowMs }));
+      rt.startPolling();
+    }
   }
 
   has(actuator: string): boolean {
@@ -305,8 +329,7 @@ export class Gateway {
 
   /** The current view of an actuator (for read requests and /status), or undefined. */
   view(actuator: string): StateView | undefined {
-    const rt = this.runtimes.get(actuator);
-    return rt?.view(rt.state);
+    return this.runtimes.get(actuator)?.view();
   }
 
   /** Handles one validated request. The reply, whatever it is, goes to `ref`. */
@@ -323,7 +346,7 @@ export class Gateway {
     }
     switch (request.verb) {
       case "read":
-        void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view(rt.state) }));
+        void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view() }));
         return;
       case "lease/acquire": {
         if (!rt.fenceKnown) {
@@ -395,12 +418,17 @@ export class Gateway {
     void this.runtimes.get(actuator)?.poll();
   }
 
-  /** Stops taking requests and waits for every accepted command to finish (or the timeout). */
+  /**
+   * Stops taking requests, ends every live lease (policy "safe": its safe write is owed) and
+   * waits for every accepted command and every safe write the device can take now to finish
+   * (or the timeout). What is left owed is owed again at the next start.
+   */
   async drain(timeoutMs: number): Promise<boolean> {
     this.accepting = false;
+    for (const rt of this.runtimes.values()) this.now((nowMs) => rt.dispatch({ type: "shutdown", nowMs }));
     const deadline = this.deps.clock.monotonicMs() + timeoutMs;
     for (;;) {
-      const busy = [...this.runtimes.values()].some((rt) => rt.state.inFlight !== null || rt.state.queue.length > 0);
+      const busy = [...this.runtimes.values()].some((rt) => rt.state.inFlight !== null || rt.state.queue.length > 0 || (rt.state.safeWrite !== null && rt.state.online));
       await Promise.all([...this.runtimes.values()].map((rt) => rt.settled()));
       if (!busy) break;
       if (this.deps.clock.monotonicMs() >= deadline) return false;

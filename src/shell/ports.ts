@@ -40,7 +40,7 @@ export function isJournalWriter(journal: Journal): journal is Journal & JournalW
 export class JournalError extends Error {
   override readonly name = "JournalError";
   constructor(
-    readonly code: "JOURNAL_UNREADABLE" | "JOURNAL_INCONSISTENT" | "JOURNAL_NEWER_VERSION",
+    readonly code: "JOURNAL_UNREADABLE" | "JOURNAL_INCONSISTENT" | "JOURNAL_NEWER_VERSION" | "JOURNAL_LOST_HISTORY",
     message: string,
     options?: { cause?: unknown },
   ) {
@@ -85,6 +85,10 @@ export interface StateView {
   readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
   readonly fence: Fence;
   readonly points: PointValues;
+  /** The gateway serving it: its `B/gateway/<id>/status` says whether this state is current. */
+  readonly gateway: string;
+  /** The gateway's own safe-value write, while it is owed (expiry policy "safe"). */
+  readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
   /** Wall-clock time of the snapshot: informative only, no decision depends on it. */
   readonly at: Date;
 }

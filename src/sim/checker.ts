@@ -13,7 +13,11 @@
  *  4. a lease reply only for a durable grant; no token granted twice; tokens only rise;
  *  5. at most one live lease per actuator at any simulated instant (gateway time);
  *  6. liveness: in the quiet tail every actuator grants a lease to a controller and applies
- *     a command that controller sent under it.
+ *     a command that controller sent under it;
+ *  7. expiry policy "safe": at the end of the halt (every controller stopped dead, in half
+ *     the seeds the gateway killed with them), an actuator whose newest lease ended other
+ *     than by its holder's release (it ran out, or the gateway restarted or revoked it)
+ *     was last moved by the gateway's own write, not left at a controller's value.
  */
 import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
@@ -54,7 +58,11 @@ class ActuatorHistory {
   readonly applied = new Set<string>();
   // what the gateway said about leases
   lease: LiveLease | null = null;
+  /** How the newest lease ended, once it has: null while it lives (or before any). */
+  endedBy: "release" | "other" | null = null;
   highestReplied = 0;
+  /** Expiry policy "safe" (rule 7). */
+  safe = false;
   // liveness, as controllers saw it
   readonly tailGrants = new Set<string>();
   tailSatisfied = false;
@@ -75,6 +83,7 @@ export class Checker {
   private readonly hash: Hash = createHash("sha256");
   private readonly actuators = new Map<string, ActuatorHistory>();
   private tailStartMs = Number.POSITIVE_INFINITY;
+  private halted = false;
 
   constructor(
     private readonly clock: () => number,
@@ -194,13 +203,20 @@ export class Checker {
 
   onCrash(epoch: number): void {
     this.note(`crash ${epoch}`);
-    for (const h of this.actuators.values()) h.lease = null; // every lease ends with the process
+    for (const h of this.actuators.values()) this.endLease(h, "other"); // every lease ends with the process
   }
 
   /** A lease ended early by the gateway's own decision (a device fence ahead of its own). */
   onLeaseRevoked(actuator: string, token: number): void {
     const h = this.of(actuator);
-    if (h.lease?.token === token) h.lease = null;
+    if (h.lease?.token === token) this.endLease(h, "other");
+  }
+
+  private endLease(h: ActuatorHistory, by: "release" | "other"): void {
+    if (h.lease === null) return;
+    // A lease past its expiry had ended by then, whatever came after.
+    h.endedBy = this.clock() >= h.lease.expiresAtMs ? "other" : by;
+    h.lease = null;
   }
 
   onReply(epoch: number, actuator: string, request: GatewayRequest, reply: OutboundReply): void {
@@ -221,7 +237,7 @@ export class Checker {
     }
     if (!("lease" in reply)) return; // a read
     if (reply.lease === null) {
-      if (request.verb === "lease/release" && h.lease?.token === request.token) h.lease = null;
+      if (request.verb === "lease/release" && h.lease?.token === request.token) this.endLease(h, "release");
       return;
     }
     const { holder, token, ttlMs } = reply.lease;
@@ -236,6 +252,7 @@ export class Checker {
     if (token <= h.highestReplied) this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
     h.highestReplied = Math.max(h.highestReplied, token);
     h.lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
+    h.endedBy = null;
     this.counts.grants++;
   }
 
@@ -262,9 +279,30 @@ export class Checker {
     if (sentAtMs >= this.tailStartMs && h.tailGrants.has(`${holder}:${token}`)) h.tailSatisfied = true;
   }
 
+  /** Rule 7 applies to this actuator. */
+  expectSafeValues(actuator: string): void {
+    this.of(actuator).safe = true;
+  }
+
+  /** Every controller stopped dead: from here on leases only end. */
+  startHalt(): void {
+    this.halted = true;
+    this.note("halt");
+  }
+
   finish(): void {
     for (const [id, h] of this.actuators) {
       if (!h.tailSatisfied) this.violate(`liveness: ${id} granted no lease with an applied command in the quiet tail`);
+      if (this.halted && h.safe) this.checkSafeValues(id, h);
+    }
+  }
+
+  private checkSafeValues(actuator: string, h: ActuatorHistory): void {
+    if (h.lease !== null) this.endLease(h, "other"); // it can only have run out by now
+    if (h.endedBy !== "other" || h.lastApplied === null) return;
+    const holder = h.grants.get(h.lastApplied.token);
+    if (holder !== GATEWAY_HOLDER) {
+      this.violate(`${actuator}: its lease ended (not released) and the device was left at ${holder ?? "an unknown holder"}'s ${show(h.lastApplied)}, not at the safe values`);
     }
   }
 }

@@ -45,6 +45,8 @@ const RETRIES = 2;
 export class Controller {
   readonly link = new NetLink();
   pausedUntilMs = 0;
+  /** Stopped for good, as a crashed controller: nothing it would do runs, no lease is released. */
+  private halted = false;
   private session: Session | null = null;
   private sessions = 0;
   private nextId = 0;
@@ -66,6 +68,11 @@ export class Controller {
     this.pausedUntilMs = Math.max(this.pausedUntilMs, this.env.world.nowMs + forMs);
   }
 
+  /** Stops the controller for good, without releasing anything: its leases run out. */
+  halt(): void {
+    this.halted = true;
+  }
+
   /** A reply from the network; handled once the controller runs. */
   receive(id: string, reply: OutboundReply): void {
     this.run(() => {
@@ -79,6 +86,7 @@ export class Controller {
 
   private run(fn: () => void): void {
     const { world } = this.env;
+    if (this.halted) return;
     if (world.nowMs < this.pausedUntilMs) world.at(this.pausedUntilMs, () => this.run(fn));
     else fn();
   }

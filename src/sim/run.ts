@@ -23,6 +23,8 @@ import { World } from "./world.ts";
 export interface SimOptions {
   readonly faultyMs?: number;
   readonly tailMs?: number;
+  /** After the tail: every controller stops dead (its leases run out), for the safe-write check. */
+  readonly haltMs?: number;
   readonly controllers?: number;
   /** Replaces the core's step (the checker's own tests inject a broken rule). */
   readonly step?: typeof realStep;
@@ -107,6 +109,7 @@ interface Process {
 export async function runSeed(seed: number, options: SimOptions = {}): Promise<SimResult> {
   const faultyMs = options.faultyMs ?? 3_000;
   const tailMs = options.tailMs ?? 3_000;
+  const haltMs = options.haltMs ?? 1_500;
   const root = new Prng(seed);
   const profile = drawProfile(root);
   const rngChaos = root.fork();
@@ -132,10 +135,11 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       {
         points: { position: { writable: true, min: 0, max: 100 } },
         expiryPolicy: rngGateway.chance(0.5) ? { kind: "safe", set: { position: 0 } } : { kind: "hold" },
-        limits: { minTtlMs: MIN_TTL_MS, maxTtlMs: MAX_TTL_MS, queueLimit: rngGateway.int(1, 4), recentLimit: 16, safeWriteDeadlineMs: 300 },
+        limits: { minTtlMs: MIN_TTL_MS, maxTtlMs: MAX_TTL_MS, queueLimit: rngGateway.int(1, 4), recentLimit: 16, safeRetryMinMs: 20, safeRetryMaxMs: 300 },
       },
     ]),
   );
+  for (const [id, c] of configs) if (c.expiryPolicy.kind === "safe") checker.expectSafeValues(id);
   const defaultDeadlineMs = rngGateway.int(50, 500);
   const units = ACTUATORS.map((a, i) => new SimActuator(a.id, a.profile, world, i + 1));
   for (const unit of units) unit.onApplied = (token, seq) => checker.onDeviceApplied(unit.id, token, seq);
@@ -246,6 +250,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     });
     const gateway = new Gateway(
       {
+        gatewayId: "sim",
         journal,
         clock: world.clock,
         scheduler: world.schedulerFor(alive),
@@ -336,7 +341,22 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     checker.startTail();
   });
 
-  await world.run(faultyMs + tailMs);
+  // The halt: every controller stops dead, leaving its leases to run out, and in half the
+  // seeds the gateway dies right then too, so those leases end by its restart instead; in
+  // half, a device is unreachable for a while, so a lease may run out while it is.
+  world.at(faultyMs + tailMs, () => {
+    for (const c of controllers) c.halt();
+    checker.startHalt();
+    if (current?.alive && rngChaos.chance(0.5)) crash(current, "atHalt");
+    if (rngChaos.chance(0.5)) {
+      const unit = rngChaos.pick(units);
+      unit.busDown = true;
+      fault("line.downAtHalt");
+      world.after(rngChaos.int(100, 700), () => (unit.busDown = false));
+    }
+  });
+
+  await world.run(faultyMs + tailMs + haltMs);
 
   for (const unit of units) if (unit.profile === "fenced") checker.checkDeviceLog(unit.id, unit.device.applied);
   checker.finish();

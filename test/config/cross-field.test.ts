@@ -1,5 +1,9 @@
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseConfig } from "../../src/config/index.ts";
+import { stringify } from "yaml";
+import { loadConfigText, parseConfig, type ConfigError, type ConfigProblem } from "../../src/config/index.ts";
 import { minimalConfig } from "./fixture.ts";
 import { onlyProblem, pathsOf } from "./helpers.ts";
 
@@ -66,6 +70,61 @@ describe("cross-field checks", () => {
       path: "buses.line2.path",
       message: 'Serial port "/dev/ttyUSB0" is already used by bus "line1"; put all units on that port under one bus.',
     });
+  });
+
+  it("two buses on one Modbus TCP endpoint may not have an actuator on the same unit (finding 5), naming both places", () => {
+    const c = minimalConfig();
+    c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+    c.actuators[0].bus = "a";
+    c.actuators[1].bus = "b";
+    c.actuators[1].unit = 1;
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[1].unit",
+      message: 'Unit 1 at 127.0.0.1:15121 is already actuators[0] (bus "a"): buses "a" and "b" reach the same device there. Give each device one actuator, on one bus.',
+    });
+  });
+
+  it("the same endpoint spelled differently (case, a trailing dot, the default port) is the same endpoint", () => {
+    const c = minimalConfig();
+    c.buses = { a: { type: "tcp", host: "PLC.example.com." }, b: { type: "tcp", host: "plc.example.com", port: 502 } };
+    c.actuators[0].bus = "a";
+    c.actuators[1].bus = "b";
+    c.actuators[1].unit = 1;
+    expect(onlyProblem(c).message).toMatch(/^Unit 1 at plc\.example\.com:502 is already actuators\[0\]/);
+  });
+
+  it("two buses on one TCP endpoint with different units are fine (two connections to one Modbus gateway)", () => {
+    const c = minimalConfig();
+    c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+    c.actuators[0].bus = "a";
+    c.actuators[1].bus = "b";
+    expect(() => parseConfig(c)).not.toThrow();
+  });
+
+  it("two buses whose serial paths are one device (a link and its target) are refused when the file is loaded", () => {
+    const dir = mkdtempSync(join(tmpdir(), "fencegate-serial-"));
+    try {
+      writeFileSync(join(dir, "ttyUSB0"), "");
+      symlinkSync(join(dir, "ttyUSB0"), join(dir, "usb-FTDI_A10KZ3Q1-if00-port0"));
+      const c = minimalConfig();
+      c.buses = { line1: { type: "rtu", path: join(dir, "usb-FTDI_A10KZ3Q1-if00-port0") }, line2: { type: "rtu", path: join(dir, "ttyUSB0") } };
+      c.actuators[1].bus = "line2";
+      let problems: readonly ConfigProblem[] = [];
+      try {
+        loadConfigText(stringify(c), { file: join(dir, "gateway.yaml") });
+      } catch (err) {
+        problems = (err as ConfigError).problems;
+      }
+      expect(problems).toEqual([
+        {
+          path: "buses.line2.path",
+          line: expect.any(Number),
+          message: `Serial port "${join(dir, "ttyUSB0")}" is ${join(dir, "ttyUSB0")}, the same device as bus "line1"'s "${join(dir, "usb-FTDI_A10KZ3Q1-if00-port0")}"; put all units on that port under one bus.`,
+        },
+      ]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("a point's min must not exceed its max", () => {

@@ -27,7 +27,7 @@ describe("defaults", () => {
     });
     expect(config.buses.plc).toEqual({ type: "tcp", host: "10.0.0.5", port: 502, timeoutMs: 1000, reconnect: { minMs: 500, maxMs: 30_000 } });
     expect(config.leases).toEqual({ minTtlMs: 1000, maxTtlMs: 300_000, defaultTtlMs: 10_000 });
-    expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteDeadlineMs: 5000, queueLimit: 16, recentLimit: 64 });
+    expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
     expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2 });
     expect(config.logging).toEqual({ level: "info" });
     expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464 });
@@ -59,15 +59,21 @@ describe("actuatorCoreConfig", () => {
   it("maps points, a safe expiry policy and the limits for the core", () => {
     const c = minimalConfig();
     c.leases = { minTtlMs: 500, maxTtlMs: 60_000 };
-    c.commands = { queueLimit: 8, recentLimit: 32, safeWriteDeadlineMs: 2500 };
+    c.commands = { queueLimit: 8, recentLimit: 32, safeWriteRetry: { minMs: 100, maxMs: 2500 } };
     expect(actuatorCoreConfig(parseConfig(c), "valve-1")).toEqual({
       points: {
         position: { writable: true, min: 0, max: 100 },
         actual: { writable: false, min: 0, max: 100 },
       },
       expiryPolicy: { kind: "safe", set: { position: 0 } },
-      limits: { minTtlMs: 500, maxTtlMs: 60_000, queueLimit: 8, recentLimit: 32, safeWriteDeadlineMs: 2500 },
+      limits: { minTtlMs: 500, maxTtlMs: 60_000, queueLimit: 8, recentLimit: 32, safeRetryMinMs: 100, safeRetryMaxMs: 2500 },
     });
+  });
+
+  it("still loads a file with the obsolete safeWriteDeadlineMs, which no longer limits the safe write", () => {
+    const c = minimalConfig();
+    c.commands = { safeWriteDeadlineMs: 5000 };
+    expect(actuatorCoreConfig(parseConfig(c), "valve-1").limits).toMatchObject({ safeRetryMinMs: 250, safeRetryMaxMs: 10_000 });
   });
 
   it("maps a hold policy", () => {

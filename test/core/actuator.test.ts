@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { GATEWAY_HOLDER, initialState, step } from "../../src/core/actuator.ts";
+import { GATEWAY_HOLDER, initialState, nextWakeMs, step } from "../../src/core/actuator.ts";
 import type { ActuatorConfig, Effect } from "../../src/core/types.ts";
 import { CONFIG, CoreDriver, codeOf, replyTo, tokenOf } from "./harness.ts";
 
@@ -370,9 +370,10 @@ describe("refusal order is the contract's", () => {
   });
 });
 
-describe("expiry policy 'safe'", () => {
-  const SAFE: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+const SAFE: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+const gatewayWrites = (d: CoreDriver) => d.deviceWrites().filter((w) => w.holder === GATEWAY_HOLDER);
 
+describe("expiry policy 'safe'", () => {
   it("takes a gateway token that raises the fence, and writes the safe value", () => {
     const d = new CoreDriver(SAFE);
     d.acquire("A", 1_000);
@@ -393,6 +394,163 @@ describe("expiry policy 'safe'", () => {
     d.feed({ type: "deviceResult", token: 1, seq: 1, outcome: { kind: "applied", applied: { position: 80 } } });
     expect(d.deviceWrites().map((w) => w.holder)).toEqual(["A"]);
     expect(d.state.fence).toEqual({ token: 3, seq: null });
+  });
+
+  const UNKNOWN = { kind: "failed", code: "OUTCOME_UNKNOWN", message: "timeout" } as const;
+  /** A at 80 under token 1, then its lease (1 s) runs out: the safe write is owed under token 2. */
+  function expiredAt80(online = true): CoreDriver {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 1_000);
+    d.command("A", 1, 1, { position: 80 });
+    if (!online) d.feed({ type: "link", online: false });
+    d.advance(1_000);
+    return d;
+  }
+
+  it("retries a failed safe write with backoff (minMs, doubling to maxMs) until the device confirms it", () => {
+    const d = expiredAt80();
+    const delays: number[] = [];
+    for (let attempt = 0; attempt < 6; attempt++) {
+      const write = d.state.inFlight!;
+      expect(write).toMatchObject({ holder: GATEWAY_HOLDER, token: 2, seq: attempt, set: { position: 0 } });
+      d.feed({ type: "deviceResult", token: 2, seq: attempt, outcome: UNKNOWN });
+      expect(d.state.safeWrite).toMatchObject({ token: 2, attempts: attempt + 1 });
+      const wake = nextWakeMs(d.state)!;
+      delays.push(wake - d.nowMs);
+      expect(d.advance(wake - d.nowMs - 1).some((e) => e.kind === "deviceWrite")).toBe(false); // not a moment early
+      d.advance(1);
+    }
+    expect(delays).toEqual([100, 200, 400, 800, 1_600, 1_600]);
+    d.feed({ type: "deviceResult", token: 2, seq: 6, outcome: { kind: "applied", applied: { position: 0 } } });
+    expect(d.state.safeWrite).toBeNull();
+    expect(nextWakeMs(d.state)).toBeNull();
+    expect(gatewayWrites(d)).toHaveLength(7);
+    expect(d.state.fence).toEqual({ token: 2, seq: 6 });
+  });
+
+  it("keeps the safe write owed while the link is down, without waking, and sends it when the link is back (finding 1a)", () => {
+    const d = expiredAt80(false);
+    expect(d.state.safeWrite).toMatchObject({ token: 2, attempts: 0 });
+    expect(nextWakeMs(d.state)).toBeNull(); // nothing can be sent: no busy ticking
+    d.advance(60_000);
+    expect(gatewayWrites(d)).toHaveLength(0);
+    expect(d.state.safeWrite).not.toBeNull();
+    d.feed({ type: "link", online: true });
+    expect(gatewayWrites(d)).toEqual([{ kind: "deviceWrite", holder: GATEWAY_HOLDER, token: 2, seq: 0, set: { position: 0 } }]);
+  });
+
+  it("keeps it owed when the link drops with an attempt at the device, and tries again when it is back", () => {
+    const d = expiredAt80();
+    d.feed({ type: "link", online: false });
+    d.feed({ type: "deviceResult", token: 2, seq: 0, outcome: { kind: "failed", code: "DEVICE_UNAVAILABLE", message: "down" } });
+    d.advance(5_000);
+    d.feed({ type: "link", online: true });
+    expect(gatewayWrites(d).map((w) => [w.token, w.seq])).toEqual([
+      [2, 0],
+      [2, 1],
+    ]);
+  });
+
+  it("is superseded by a newer grant: no attempt after it, the new holder's commands go through", () => {
+    const d = expiredAt80();
+    d.feed({ type: "deviceResult", token: 2, seq: 0, outcome: UNKNOWN });
+    const token = tokenOf(d.acquire("B"));
+    expect(token).toBe(3);
+    expect(d.state.safeWrite).toBeNull();
+    d.advance(500);
+    expect(gatewayWrites(d)).toHaveLength(1);
+    expect(codeOf(d.command("B", 3, 0, { position: 30 }))).toBe("OK");
+  });
+
+  it("refuses the ended lease's queued commands while the safe write is owed", () => {
+    const d = expiredAt80(false);
+    d.feed({ type: "link", online: true });
+    expect(codeOf(d.command("A", 1, 2, { position: 90 }))).toBe("STALE_TOKEN");
+  });
+
+  it("when the device's own fence is ahead, ends the lease and owes the safe write above the device's token", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 10_000);
+    d.command("A", 1, 0, { position: 80 });
+    const effects = d.feed({ type: "deviceFence", token: 9, seq: null });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token: 1, code: "STALE_TOKEN" } });
+    expect(effects).toContainEqual({ kind: "persist", record: { type: "granted", holder: GATEWAY_HOLDER, token: 10 } });
+    expect(gatewayWrites(d)).toEqual([{ kind: "deviceWrite", holder: GATEWAY_HOLDER, token: 10, seq: 0, set: { position: 0 } }]);
+  });
+
+  it("when the device refuses an attempt because its fence moved ahead, owes it again above the device's token", () => {
+    const d = expiredAt80();
+    // The shell reads the device's fence before it hands over the refusal.
+    d.feed({ type: "deviceFence", token: 7, seq: null });
+    d.feed({ type: "deviceResult", token: 2, seq: 0, outcome: { kind: "failed", code: "DEVICE_REJECTED", message: "fence", modbusCode: 0x46 } });
+    expect(d.state.safeWrite).toMatchObject({ token: 8, seq: 0 });
+    d.advance(nextWakeMs(d.state)! - d.nowMs);
+    expect(gatewayWrites(d).at(-1)).toEqual({ kind: "deviceWrite", holder: GATEWAY_HOLDER, token: 8, seq: 0, set: { position: 0 } });
+  });
+
+  it("on shutdown ends the live lease and owes the safe write", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 10_000);
+    d.command("A", 1, 0, { position: 80 });
+    const effects = d.feed({ type: "shutdown" });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token: 1, reason: "shutdown" } });
+    expect(gatewayWrites(d)).toHaveLength(1);
+  });
+});
+
+describe("restart", () => {
+  it("ends the newest lease with an expired event and owes the safe write, sent once the link is up (finding 1b)", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 60_000);
+    d.command("A", 1, 0, { position: 60 });
+    const effects = d.restart(false);
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token: 1, reason: "restart" } });
+    expect(effects).toContainEqual({ kind: "persist", record: { type: "granted", holder: GATEWAY_HOLDER, token: 2 } });
+    expect(d.state.safeWrite).toMatchObject({ token: 2 });
+    d.feed({ type: "link", online: true });
+    expect(gatewayWrites(d)).toEqual([{ kind: "deviceWrite", holder: GATEWAY_HOLDER, token: 2, seq: 0, set: { position: 0 } }]);
+  });
+
+  it("owes it after a grant with no command too: the device may still hold an earlier holder's value", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 60_000);
+    d.restart();
+    expect(gatewayWrites(d)).toHaveLength(1);
+  });
+
+  it("owes nothing when the journal shows the device confirmed the safe values under the newest token", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 1_000);
+    d.command("A", 1, 0, { position: 60 });
+    d.advance(1_000);
+    d.feed({ type: "deviceResult", token: 2, seq: 0, outcome: { kind: "applied", applied: { position: 0 } } });
+    const effects = d.restart();
+    expect(effects.filter((e) => e.kind !== "stateChanged")).toEqual([]);
+    expect(gatewayWrites(d)).toHaveLength(1);
+  });
+
+  it("owes it again, under a new token, when the gateway's write was not confirmed before the restart", () => {
+    const d = new CoreDriver(SAFE);
+    d.acquire("A", 1_000);
+    d.advance(1_000); // the safe write (token 2) is at the device when the gateway dies
+    d.restart();
+    expect(gatewayWrites(d).map((w) => w.token)).toEqual([2, 3]);
+  });
+
+  it("owes nothing when no token was ever granted", () => {
+    const d = new CoreDriver(SAFE);
+    expect(d.restart(false)).toEqual([]);
+    expect(d.state.safeWrite).toBeNull();
+  });
+
+  it("with policy hold: reports the ended lease, writes nothing", () => {
+    const d = new CoreDriver();
+    d.acquire("A", 60_000);
+    d.command("A", 1, 0, { position: 60 });
+    const effects = d.restart();
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token: 1, reason: "restart" } });
+    expect(effects.some((e) => e.kind === "persist" || e.kind === "deviceWrite")).toBe(false);
+    expect(tokenOf(d.acquire("B"))).toBe(2);
   });
 });
 
@@ -442,7 +600,7 @@ describe("the seed scenario: a paused holder's command after a takeover", () => 
 
 describe("purity", () => {
   it("returns the same result for the same state and input, and never mutates its input", () => {
-    const state = Object.freeze(initialState({ highestGranted: 3, fence: { token: 3, seq: 1 }, recent: [] }));
+    const state = Object.freeze(initialState({ highestGranted: 3, lastGrantHolder: "A", fence: { token: 3, seq: 1 }, recent: [] }));
     const input = { type: "acquire", nowMs: 5, ref: 1, holder: "A", ttlMs: 500 } as const;
     const a = step(CONFIG, state, input);
     const b = step(CONFIG, state, input);

@@ -1,5 +1,6 @@
 /** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects. */
-import { EMPTY_SNAPSHOT, initialState, step } from "../../src/core/actuator.ts";
+import { EMPTY_SNAPSHOT, initialState, step, type DurableSnapshot } from "../../src/core/actuator.ts";
+import { afterRestart, applyRecord } from "../../src/core/durable.ts";
 import type { ActuatorConfig, ActuatorState, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
 
 export const CONFIG: ActuatorConfig = {
@@ -9,7 +10,7 @@ export const CONFIG: ActuatorConfig = {
     actual: { writable: false, min: 0, max: 100 },
   },
   expiryPolicy: { kind: "hold" },
-  limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeWriteDeadlineMs: 1_000 },
+  limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_600 },
 };
 
 type WithoutTime<T> = T extends unknown ? Omit<T, "nowMs"> : never;
@@ -19,6 +20,8 @@ export class CoreDriver {
   nowMs = 1_000;
   /** Every effect ever emitted, in order. */
   readonly log: Effect[] = [];
+  /** The fold of every record persisted so far: what a restart finds in the journal. */
+  durable: DurableSnapshot = EMPTY_SNAPSHOT;
   private nextRef = 1;
 
   constructor(
@@ -33,7 +36,16 @@ export class CoreDriver {
     const result = step(this.config, this.state, { ...input, nowMs: this.nowMs } as Input);
     this.state = result.state;
     this.log.push(...result.effects);
+    for (const e of result.effects) if (e.kind === "persist") this.durable = applyRecord(this.durable, e.record, this.config.limits.recentLimit);
     return [...result.effects];
+  }
+
+  /** The gateway process dies and starts again over everything persisted: a `restart`, then the link. */
+  restart(online = true): Effect[] {
+    this.state = initialState(afterRestart(this.durable));
+    const effects = this.feed({ type: "restart" });
+    if (online) effects.push(...this.feed({ type: "link", online: true }));
+    return effects;
   }
 
   advance(ms: number): Effect[] {
@@ -46,7 +58,7 @@ export class CoreDriver {
   }
 
   /** Sends a request and returns the reply addressed to it in this step (if any). */
-  request(input: WithoutTime<Exclude<Input, { type: "deviceResult" | "tick" | "link" | "deviceFence" }>>): { reply: Reply | undefined; effects: Effect[] } {
+  request(input: WithoutTime<Exclude<Input, { type: "deviceResult" | "tick" | "link" | "deviceFence" | "restart" | "shutdown" }>>): { reply: Reply | undefined; effects: Effect[] } {
     const effects = this.feed(input);
     return { reply: replyTo(effects, input.ref), effects };
   }

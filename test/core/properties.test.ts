@@ -4,7 +4,8 @@
  */
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import type { Effect, Outcome, Reply } from "../../src/core/types.ts";
+import { GATEWAY_HOLDER, isLive } from "../../src/core/actuator.ts";
+import type { ActuatorConfig, Effect, Outcome, Reply } from "../../src/core/types.ts";
 import { CONFIG, CoreDriver } from "./harness.ts";
 
 const HOLDERS = ["A", "B", "C"] as const;
@@ -16,7 +17,11 @@ type Op =
   | { op: "command"; holder: string; tokenDelta: number; seq: number; position: number; deadlineMs: number }
   | { op: "result"; kind: "applied" | "unknown" | "rejected" }
   | { op: "advance"; ms: number }
-  | { op: "link"; online: boolean };
+  | { op: "link"; online: boolean }
+  // The lease-ending inputs besides expiry (safe-policy runs only):
+  | { op: "restart"; online: boolean }
+  | { op: "shutdown" }
+  | { op: "deviceFence"; ahead: number };
 
 const holder = fc.constantFrom(...HOLDERS);
 // Controllers mostly use the token they were last given, sometimes an older or a guessed one.
@@ -41,6 +46,16 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ op: fc.constant("link" as const), online: fc.boolean() }) },
 );
 
+/** Besides the above: the gateway restarts or stops, a device reports a fence (often ahead). */
+const safeOpArb: fc.Arbitrary<Op> = fc.oneof(
+  { weight: 12, arbitrary: opArb },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant("restart" as const), online: fc.boolean() }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant("shutdown" as const) }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant("deviceFence" as const), ahead: fc.integer({ min: 0, max: 3 }) }) },
+);
+
+const SAFE: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+
 interface History {
   d: CoreDriver;
   /** The token each holder was last granted, as a controller would remember it. */
@@ -54,14 +69,15 @@ function outcomeFor(kind: "applied" | "unknown" | "rejected", set: Record<string
   return { kind: "failed", code: kind === "unknown" ? "OUTCOME_UNKNOWN" : "DEVICE_REJECTED", message: "simulated" };
 }
 
-function run(ops: Op[]): History {
-  const d = new CoreDriver();
+function run(ops: Op[], config: ActuatorConfig = CONFIG, afterStep: (d: CoreDriver, o: Op, effects: readonly Effect[]) => void = () => {}): History {
+  const d = new CoreDriver(config);
   const h: History = { d, granted: new Map(), renewReplies: [], acquireAfterExpiry: [] };
   const seen = (reply: Reply | undefined, who: string) => {
     if (reply?.ok && "lease" in reply && reply.lease) h.granted.set(who, reply.lease.token);
   };
   for (const o of ops) {
     const token = (who: string, delta: number) => Math.max(1, (h.granted.get(who) ?? 1) + delta);
+    const logged = d.log.length;
     switch (o.op) {
       case "acquire": {
         const wasUnheld = d.state.lease === null || d.nowMs >= d.state.lease.expiresAtMs;
@@ -94,7 +110,17 @@ function run(ops: Op[]): History {
       case "link":
         d.feed({ type: "link", online: o.online });
         break;
+      case "restart":
+        d.restart(o.online);
+        break;
+      case "shutdown":
+        d.feed({ type: "shutdown" });
+        break;
+      case "deviceFence":
+        d.feed({ type: "deviceFence", token: d.state.highestGranted + o.ahead, seq: null });
+        break;
     }
+    afterStep(d, o, d.log.slice(logged));
     // Invariants that hold after every step.
     expect(d.state.fence.token).toBe(d.state.highestGranted);
     expect(d.state.queue.length).toBeLessThanOrEqual(CONFIG.limits.queueLimit);
@@ -198,6 +224,94 @@ describe("core invariants over random interleavings", () => {
         for (const e of d.log) if (e.kind === "reply" && e.ref !== null) counts.set(e.ref, (counts.get(e.ref) ?? 0) + 1);
         for (const n of counts.values()) expect(n).toBe(1);
         expect(d.state.queue).toHaveLength(0);
+      }),
+      RUNS,
+    );
+  });
+});
+
+/**
+ * What the device may be at, as an observer of the effects sees it (not the core's own
+ * bookkeeping): a controller's write sent and no safe write confirmed since, and how the
+ * newest lease ended.
+ */
+class SafeModel {
+  atControllerValue = false;
+  endedBy: "release" | "other" | null = null;
+
+  observe(d: CoreDriver, o: Op, effects: readonly Effect[]): void {
+    for (const e of effects) {
+      if (e.kind === "deviceWrite" && e.holder !== GATEWAY_HOLDER) this.atControllerValue = true;
+      if (e.kind === "event" && e.event.type === "expired") this.endedBy = "other";
+      if (e.kind === "event" && e.event.type === "released") this.endedBy = "release";
+      if (e.kind === "event" && e.event.type === "granted") this.endedBy = null;
+      if (e.kind === "persist" && e.record.type === "outcome" && e.record.outcome.kind === "applied" && this.lastWriteHolder(d, e.record.token, e.record.seq) === GATEWAY_HOLDER) {
+        this.atControllerValue = false;
+      }
+    }
+    // A restart ends a lease that was live then, expired event or not.
+    if (o.op === "restart" && this.endedBy === null) this.endedBy = "other";
+  }
+
+  private lastWriteHolder(d: CoreDriver, token: number, seq: number): string | undefined {
+    return d.deviceWrites().findLast((w) => w.token === token && w.seq === seq)?.holder;
+  }
+
+  /** A controller's value may be at the device, its lease ended other than by release, and no lease is live. */
+  owed(d: CoreDriver): boolean {
+    return this.atControllerValue && this.endedBy === "other" && !isLive(d.state.lease, d.nowMs);
+  }
+}
+
+const safeInterleavings = fc.array(safeOpArb, { minLength: 1, maxLength: 80 });
+
+describe("expiry policy safe, over interleavings with restarts, shutdowns and device fences", () => {
+  it("after a lease ends (not by release), a safe write is owed or confirmed until a newer grant", () => {
+    fc.assert(
+      fc.property(safeInterleavings, (ops) => {
+        const model = new SafeModel();
+        run(ops, SAFE, (d, o, effects) => {
+          model.observe(d, o, effects);
+          if (model.owed(d)) expect(d.state.safeWrite, JSON.stringify(o)).not.toBeNull();
+        });
+      }),
+      RUNS,
+    );
+  });
+
+  it("once the device answers, the owed safe write lands: the device ends at the safe values", () => {
+    fc.assert(
+      fc.property(safeInterleavings, (ops) => {
+        const model = new SafeModel();
+        const { d } = run(ops, SAFE, (dd, o, effects) => model.observe(dd, o, effects));
+        const owed = model.owed(d);
+        // Settle: the link up, every write answered applied, time enough for any backoff.
+        const settleFrom = d.log.length;
+        d.feed({ type: "link", online: true });
+        for (let i = 0; i < 40; i++) {
+          const cmd = d.state.inFlight;
+          if (cmd) d.feed({ type: "deviceResult", token: cmd.token, seq: cmd.seq, outcome: { kind: "applied", applied: cmd.set } });
+          else d.advance(SAFE.limits.safeRetryMaxMs);
+        }
+        model.observe(d, { op: "advance", ms: 0 }, d.log.slice(settleFrom));
+        if (!isLive(d.state.lease, d.nowMs)) expect(d.state.safeWrite).toBeNull();
+        if (owed) expect(d.deviceWrites().at(-1)).toMatchObject({ holder: GATEWAY_HOLDER, set: { position: 0 } });
+      }),
+      RUNS,
+    );
+  });
+
+  it("device writes carry strictly increasing (token, seq), safe attempts included, and tokens are never granted twice", () => {
+    fc.assert(
+      fc.property(safeInterleavings, (ops) => {
+        const { d } = run(ops, SAFE);
+        const w = writes(d.log);
+        for (let i = 1; i < w.length; i++) {
+          const [a, b] = [w[i - 1]!, w[i]!];
+          expect(b.token > a.token || (b.token === a.token && b.seq > a.seq)).toBe(true);
+        }
+        const grants = d.log.flatMap((e) => (e.kind === "persist" && e.record.type === "granted" ? [e.record.token] : []));
+        for (let i = 1; i < grants.length; i++) expect(grants[i]).toBeGreaterThan(grants[i - 1]!);
       }),
       RUNS,
     );

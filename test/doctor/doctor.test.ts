@@ -4,7 +4,7 @@
  * journal. Each broken setup must produce its own finding with a fix, and a non-zero exit.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -105,6 +105,53 @@ describe("a good setup", () => {
 });
 
 describe("a broken setup", () => {
+  /** The journal of `config` as a SIGKILL leaves it, then `lose` removes some of it. */
+  function crashedJournal(config: string, lose: readonly string[]): string {
+    const journalPath = join(config, "..", "state", "journal.db");
+    const live = openSqliteJournal({ path: `${journalPath}.live`, recentLimit: 8 });
+    live.load();
+    for (let token = 1; token <= 5; token++) live.commit([{ actuator: "valve-1", record: { type: "granted", holder: "line-a", token } }]);
+    for (const suffix of ["", "-wal", "-mark"]) if (!lose.includes(suffix)) copyFileSync(`${journalPath}.live${suffix}`, journalPath + suffix);
+    live.close();
+    return journalPath;
+  }
+
+  it("a journal whose -wal was lost after a crash: lost history, and the command that recovers", async () => {
+    const config = writeConfig();
+    crashedJournal(config, ["-wal"]);
+    expect(only(await runDoctor(config), "journal")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/state\/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open/), fix: expect.stringContaining("fencegate journal recover --config") }),
+    ]);
+  });
+
+  it("a journal whose database file is gone, its mark kept", async () => {
+    const config = writeConfig();
+    crashedJournal(config, ["", "-wal"]);
+    expect(only(await runDoctor(config), "journal")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/journal\.db is missing, but .*journal\.db-mark says a journal was kept here/), fix: expect.stringContaining("fencegate journal recover") }),
+    ]);
+  });
+
+  it("two buses on one Modbus TCP endpoint, an actuator on unit 1 of each (finding 5): refused, both named", async () => {
+    const findings = await runDoctor(writeConfig((c) => {
+      c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+    }));
+    expect(failures(findings)).toEqual([
+      expect.objectContaining({ check: "config", message: expect.stringMatching(/^actuators\[1\]\.unit \(line \d+\): Unit 1 at 127\.0\.0\.1:15121 is already actuators\[0\] \(bus "a"\): buses "a" and "b" reach the same device there/) }),
+    ]);
+  });
+
+  it("two buses whose hosts are names for one address, an actuator on unit 1 of each", async () => {
+    const findings = await runDoctor(writeConfig((c) => {
+      c.buses = { a: { type: "tcp", host: "localhost", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+    }));
+    expect(only(findings, "buses")).toEqual([
+      expect.objectContaining({ status: "fail", message: expect.stringMatching(/^actuators\[1\] \(valve-2, bus "b"\) and actuators\[0\] \(valve-1, bus "a"\) are both unit 1 at 127\.0\.0\.1:15121/) }),
+    ]);
+  });
+
   it("a bad configuration: every problem with its line, and no machine checks", () => {
     const run = doctorCli(["--config", writeConfig((c) => {
       c.buses.rs485.baudRate = 19201;

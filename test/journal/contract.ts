@@ -77,7 +77,19 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       const { store, journal } = start();
       journal.commit(on("v1", granted(1)));
       journal.commit(on("v1", granted(2, "ctl-b")));
-      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 2, fence: { token: 2, seq: null }, recent: [] });
+      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 2, lastGrantHolder: "ctl-b", fence: { token: 2, seq: null }, recent: [] });
+    });
+
+    it("remembers who was granted the highest token; a token learned from a device has no holder", () => {
+      const { store, journal } = start();
+      journal.commit(on("v1", granted(1), granted(2, "@gateway")));
+      let loaded = restart(store, journal);
+      expect(loaded.loaded.get("v1")?.lastGrantHolder).toBe("@gateway");
+      loaded.journal.commit(on("v1", { type: "fenceObserved", token: 7, seq: null }));
+      loaded = restart(store, loaded.journal);
+      expect(loaded.loaded.get("v1")?.lastGrantHolder).toBeNull();
+      loaded.journal.commit(on("v1", granted(8, "ctl-b")));
+      expect(restart(store, loaded.journal).loaded.get("v1")?.lastGrantHolder).toBe("ctl-b");
     });
 
     it("records an intent, moves the fence to it, and attaches its outcome", () => {
@@ -88,6 +100,7 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       journal.commit(on("v1", outcome(1, 1, REJECTED)));
       expect(restart(store, journal).loaded.get("v1")).toEqual({
         highestGranted: 1,
+        lastGrantHolder: "ctl-a",
         fence: { token: 1, seq: 1 },
         recent: [
           { holder: "ctl-a", token: 1, seq: 0, set: { position: 10 }, outcome: APPLIED },
@@ -123,6 +136,7 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       expect(second.loaded).toEqual(first.loaded);
       expect(second.loaded.get("v2")).toEqual({
         highestGranted: MAX - 1,
+        lastGrantHolder: "ctl-a",
         fence: { token: MAX - 1, seq: MAX },
         recent: [{ holder: "ctl-a", token: MAX - 1, seq: MAX, set: { speed: -0.5 }, outcome: APPLIED }],
       });
@@ -171,7 +185,7 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
         expect(() => journal.commit(on("v1", granted(2), intent(2, 0), record))).toThrow(RangeError);
       }
       expect(() => journal.commit([{ actuator: "", record: granted(3) }])).toThrow(RangeError);
-      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 1, fence: { token: 1, seq: null }, recent: [] });
+      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 1, lastGrantHolder: "ctl-a", fence: { token: 1, seq: null }, recent: [] });
     });
 
     it("refuses commit before load and after close", () => {

@@ -43,7 +43,8 @@ function parseTrace(trace: string): Call[] {
     if (marker) calls.push({ kind: "marker", text: marker[1]! });
     else if (/p?write(64)?\(\d+<[^>]*-wal>/.test(line)) calls.push({ kind: isCommitFrameHeader(line) ? "walCommitFrame" : "walWrite" });
     else if (/p?write(64)?\(\d+<[^>]*journal\.db>/.test(line)) calls.push({ kind: "dbWrite" });
-    else if (sync) {
+    // (the mark's syncs, of journal.db-mark.tmp and the directory, are neither the -wal's nor the database file's)
+    else if (sync && /(journal\.db|-wal)$/.test(sync[1]!)) {
       const which = sync[1]!.endsWith("-wal") ? "wal" : "db";
       calls.push({ kind: `${which}SyncStart` });
       if (line.includes("<unfinished ...>")) unfinished.set(pid, which);
@@ -62,7 +63,8 @@ function parseTrace(trace: string): Call[] {
  * bytes C-escaped: \ooo octal, \n and the like, printable characters as they are.
  */
 function isCommitFrameHeader(line: string): boolean {
-  const m = /, "((?:[^"\\]|\\.)*)", 24, \d+\)/.exec(line);
+  // Complete, or cut short by another thread's call ("<unfinished ...>", resumed on a later line).
+  const m = /, "((?:[^"\\]|\\.)*)", 24, \d+(?:\)| <unfinished \.\.\.>)/.exec(line);
   if (!m) return false;
   const bytes: number[] = [];
   const text = m[1]!;

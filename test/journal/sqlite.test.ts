@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { openSqliteJournal, SCHEMA_VERSION, type SqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { JournalError } from "../../src/shell/ports.ts";
 import { journalContract, type JournalStore } from "./contract.ts";
+import { refusal } from "./refusal.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-journal-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -18,7 +19,7 @@ function sqliteStore(recentLimit: number): JournalStore {
   return {
     open: () => openSqliteJournal({ path: file, recentLimit }),
     dispose: () => {
-      for (const suffix of ["", "-wal", "-shm"]) fs.rmSync(file + suffix, { force: true });
+      for (const suffix of ["", "-wal", "-shm", "-mark"]) fs.rmSync(file + suffix, { force: true });
     },
   };
 }
@@ -41,20 +42,6 @@ function writtenJournal(recentLimit = 100): string {
   ]);
   j.close();
   return file;
-}
-
-function refusal(file: string, recentLimit = 100): JournalError {
-  let journal: SqliteJournal | undefined;
-  try {
-    journal = openSqliteJournal({ path: file, recentLimit, busyTimeoutMs: 50 });
-    journal.load();
-  } catch (error) {
-    expect(error).toBeInstanceOf(JournalError);
-    return error as JournalError;
-  } finally {
-    journal?.close();
-  }
-  throw new Error(`expected ${file} to be refused`);
 }
 
 const RESTORE = /restore the journal from backup, or move it .* aside to start fresh/i;
@@ -180,6 +167,36 @@ describe("SqliteJournal", () => {
     const check = new Database(file);
     expect(check.prepare("SELECT outcome_json FROM commands WHERE seq = 1").get()).toEqual({ outcome_json: null });
     check.close();
+  });
+
+  it("upgrades a schema 1 journal in place: everything kept, the newest grant's holder unknown", () => {
+    const file = newPath();
+    const db = new Database(file);
+    db.pragma("journal_mode = WAL");
+    db.exec(`
+      CREATE TABLE actuators (id TEXT PRIMARY KEY, highest_granted INTEGER NOT NULL, fence_token INTEGER NOT NULL, fence_seq INTEGER) STRICT;
+      CREATE TABLE commands (id INTEGER PRIMARY KEY, actuator TEXT NOT NULL, token INTEGER NOT NULL, seq INTEGER NOT NULL, holder TEXT NOT NULL, set_json TEXT NOT NULL, outcome_json TEXT) STRICT;
+      CREATE INDEX commands_by_command ON commands (actuator, token, seq);
+      CREATE INDEX commands_by_arrival ON commands (actuator, id);
+      PRAGMA application_id = ${0x464e4347};
+      PRAGMA user_version = 1;
+      INSERT INTO actuators VALUES ('v1', 3, 3, 0);
+      INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES ('v1', 3, 0, 'ctl-a', '{"position":1}', '{"kind":"applied","applied":{"position":1}}');
+    `);
+    db.close();
+    const j = openSqliteJournal({ path: file, recentLimit: 8 });
+    expect(j.load().get("v1")).toEqual({
+      highestGranted: 3,
+      lastGrantHolder: null,
+      fence: { token: 3, seq: 0 },
+      recent: [{ holder: "ctl-a", token: 3, seq: 0, set: { position: 1 }, outcome: { kind: "applied", applied: { position: 1 } } }],
+    });
+    expect(j.settings().schemaVersion).toBe(SCHEMA_VERSION);
+    j.commit([{ actuator: "v1", record: { type: "granted", holder: "ctl-b", token: 4 } }]);
+    j.close();
+    const again = openSqliteJournal({ path: file, recentLimit: 8 });
+    expect(again.load().get("v1")?.lastGrantHolder).toBe("ctl-b");
+    again.close();
   });
 
   describe("refuses an inconsistent journal, naming the row", () => {

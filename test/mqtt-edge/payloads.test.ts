@@ -17,6 +17,8 @@ const STATE: StateView = {
   lease: { holder: "ctl-a", token: 7, expiresInMs: 4200 },
   fence: { token: 7, seq: 3 },
   points: { valve: 42.5, mode: 1 },
+  gateway: "gw-1",
+  safeWrite: null,
   at: AT,
 };
 
@@ -90,10 +92,15 @@ describe("replies", () => {
 });
 
 describe("state", () => {
-  it("has the contract's shape and key order, points sorted", () => {
+  it("has the contract's shape and key order, points sorted, the extensions after them", () => {
     expect(statePayload(STATE)).toBe(
-      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z"}',
+      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","gateway":"gw-1","safeWrite":null}',
     );
+  });
+
+  it("shows an owed safe write: its token, the attempts so far and the values", () => {
+    const owed = { ...STATE, lease: null, fence: { token: 8, seq: 2 }, safeWrite: { token: 8, attempts: 3, set: { valve: 0 } } };
+    expect(JSON.parse(statePayload(owed)).safeWrite).toEqual({ token: 8, attempts: 3, set: { valve: 0 } });
   });
 
   it("lease null and fence.seq null while the new lease has not commanded", () => {
@@ -104,6 +111,8 @@ describe("state", () => {
       fence: { token: 8, seq: null },
       points: {},
       at: "2026-11-29T10:00:00.123Z",
+      gateway: "gw-1",
+      safeWrite: null,
     });
   });
 
@@ -121,6 +130,7 @@ describe("events", () => {
       '{"type":"rejected","at":"2026-11-29T10:00:00.123Z","holder":"ctl-a","token":6,"seq":2,"code":"STALE_TOKEN"}',
     ],
     [{ type: "expired", token: 7 }, '{"type":"expired","at":"2026-11-29T10:00:00.123Z","token":7}'],
+    [{ type: "expired", holder: "ctl-a", token: 7, reason: "restart" }, '{"type":"expired","at":"2026-11-29T10:00:00.123Z","holder":"ctl-a","token":7,"reason":"restart"}'],
     [{ type: "outcome-unknown", seq: 0 }, '{"type":"outcome-unknown","at":"2026-11-29T10:00:00.123Z","seq":0}'],
   ] as const)("%j", (event, json) => {
     expect(eventPayload(event, AT)).toBe(json);

@@ -71,3 +71,16 @@ export function stealingAcquireStep(config: ActuatorConfig, state: ActuatorState
   const held = result.effects.some((e) => e.kind === "reply" && !e.reply.ok && e.reply.error.code === "LEASE_HELD");
   return held ? step(config, { ...state, lease: null }, input) : result;
 }
+
+/** Bug (f): the safe write tried once: an attempt that fails, or cannot be sent, is dropped (review finding 1a). */
+export function safeWriteOnceStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  const owed = result.state.safeWrite;
+  const triedOnce = owed !== null && (owed.attempts > 0 || !result.state.online) && result.state.inFlight?.internal !== true;
+  return triedOnce ? { ...result, state: { ...result.state, safeWrite: null } } : result;
+}
+
+/** Bug (g): a restart ends the leases but owes no safe write (review finding 1b). */
+export function restartWithoutSafeWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  return step(config, state, input.type === "restart" ? { type: "tick", nowMs: input.nowMs } : input);
+}

@@ -5,7 +5,15 @@
 import { describe, expect, it } from "vitest";
 import type { step } from "../../src/core/actuator.ts";
 import { runSeed } from "../../src/sim/run.ts";
-import { arrivalOnlyStep, persistAfterWriteStep, replyBeforeOutcomeStep, stealingAcquireStep, unjournaledGrantStep } from "./broken-steps.ts";
+import {
+  arrivalOnlyStep,
+  persistAfterWriteStep,
+  replyBeforeOutcomeStep,
+  restartWithoutSafeWriteStep,
+  safeWriteOnceStep,
+  stealingAcquireStep,
+  unjournaledGrantStep,
+} from "./broken-steps.ts";
 
 const MAX_SEEDS = 200;
 
@@ -47,5 +55,17 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     const found = await firstViolation(stealingAcquireStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
     expect(found!.violation).toMatch(/while lease \d+ of \S+ is live/);
+  });
+
+  it("(f) a safe write given up after one attempt, or when the device cannot be reached", async () => {
+    const found = await firstViolation(safeWriteOnceStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/left at .* not at the safe values/);
+  });
+
+  it("(g) a restart that owes no safe write", async () => {
+    const found = await firstViolation(restartWithoutSafeWriteStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/left at .* not at the safe values/);
   });
 });

@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from "../../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, gatewayConfig, type GatewaySetup } from "./daemon.ts";
+import { TestController } from "./controller.ts";
+import { DaemonProcess, gatewayConfig, valve, type GatewaySetup } from "./daemon.ts";
 import { startMosquitto, type Broker } from "./mosquitto.ts";
 
 /** Clean-up steps, run in reverse order of registration; every step runs even if one fails. */
@@ -61,6 +62,8 @@ export interface StackOptions {
   readonly gateway: (sim: { host: string; port: number }) => Omit<GatewaySetup, "brokerUrl" | "journalPath">;
   /** Fenced actuators whose device fence the daemon must have read before the stack is ready. */
   readonly fenced: readonly string[];
+  /** Extra node flags for the daemon (e.g. `--import` of a slow-disk emulation). */
+  readonly nodeArgs?: readonly string[];
 }
 
 export interface Stack {
@@ -68,6 +71,8 @@ export interface Stack {
   readonly broker: Broker;
   readonly sim: SimulatorHandle;
   readonly daemon: DaemonProcess;
+  /** The daemon's configuration: `DaemonProcess.start(dir, config)` starts it again over the same journal. */
+  readonly config: Record<string, unknown>;
 }
 
 /** Starts broker, simulator and daemon, and waits until the daemon is ready to serve. */
@@ -76,7 +81,36 @@ export async function startStack(teardown: Teardown, options: StackOptions): Pro
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
   const sim = teardown.add(await startSimulator({ ...options.sim?.(dir), tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
   const config = gatewayConfig({ ...options.gateway(sim.tcp!), brokerUrl: broker.url, journalPath: join(dir, "journal.db") });
-  const daemon = teardown.add(DaemonProcess.start(dir, config), (d) => stopDaemon(d));
+  const daemon = teardown.add(DaemonProcess.start(dir, config, { nodeArgs: options.nodeArgs ?? [] }), (d) => stopDaemon(d));
   await daemon.ready(options.fenced);
-  return { dir, broker, sim, daemon };
+  return { dir, broker, sim, daemon, config };
+}
+
+export interface ValveStack extends Stack {
+  /** A controller with holder "line-a". */
+  readonly ctl: TestController;
+  /** The daemon running now: a test that starts another sets it, and teardown stops it. */
+  daemon: DaemonProcess;
+}
+
+/**
+ * The usual single-valve world: one actuator `id` on the simulator (unit 1, instant
+ * motion) over Modbus TCP, a controller, and the current daemon stopped at teardown.
+ */
+export async function startValveStack(
+  teardown: Teardown,
+  options: { readonly name: string; readonly id: string; readonly profile?: "fenced" | "plain"; readonly actuator?: Record<string, unknown>; readonly setup?: Partial<Omit<GatewaySetup, "brokerUrl" | "journalPath">>; readonly bus?: Record<string, unknown>; readonly nodeArgs?: readonly string[] },
+): Promise<ValveStack> {
+  const profile = options.profile ?? "fenced";
+  const stack = await startStack(teardown, {
+    name: options.name,
+    sim: () => ({ units: [1], rate: 0, profile }),
+    gateway: (at) => ({ buses: { sim: { type: "tcp", ...at, ...options.bus } }, actuators: [valve(options.id, "sim", 1, profile, options.actuator)], ...options.setup }),
+    fenced: profile === "fenced" ? [options.id] : [],
+    ...(options.nodeArgs ? { nodeArgs: options.nodeArgs } : {}),
+  });
+  const ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
+  const world: ValveStack = { ...stack, ctl };
+  teardown.add(world, (w) => stopDaemon(w.daemon));
+  return world;
 }

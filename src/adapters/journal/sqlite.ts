@@ -24,6 +24,28 @@
  *
  * The connection holds an exclusive lock for its whole life: two gateways on one journal
  * would each believe their own fence, so the second one is refused.
+ *
+ * Lost history. A commit lives only in the -wal until a checkpoint copies it into the
+ * database file, so a -wal that disappears (deleted after a crash, or an older backup of
+ * the database restored over a newer one) silently takes the newest commits with it, and
+ * the journal would grant their tokens again: a fenced device refuses them by its own
+ * fence, a plain one cannot. The mark (journal.db-mark, mark.ts), a file of its own
+ * written atomically (temporary file, fsync, rename, directory fsync), makes such a loss
+ * visible:
+ *   - `open`: true from a run's first durable commit (when the -wal exists) until a clean
+ *     close has copied every commit into the database file (TRUNCATE checkpoint, database
+ *     fdatasync). No -wal while the mark says open: commits are gone.
+ *   - `generation`: bumped at every open, and written to the database (`meta`) in that
+ *     open's first commit. A database below the mark's generation is older than the
+ *     history: a restored backup, or a -wal lost before a checkpoint took its generation.
+ *   - per actuator a `ceiling`, at or above every token ever granted: a commit that takes
+ *     a head past it rewrites the mark first (ceiling = head + TOKEN_RESERVE), inside the
+ *     transaction, so the ceiling is durable before a grant that could exceed it counts.
+ *     It is the floor `fencegate journal recover` sets after a loss.
+ * The loss of any one file is detected or harmless: the -wal (the open flag, the
+ * generation), the database file (the mark, or the -wal, says a journal existed), the mark
+ * (the database and -wal are whole: a new mark is written from them). Its cost: one mark
+ * write per start, per clean stop, and per TOKEN_RESERVE grants of one actuator.
  */
 import Database from "better-sqlite3";
 import fs from "node:fs";
@@ -34,9 +56,12 @@ import { afterRestart, applyRecord, OUTCOME_LOST_IN_RESTART } from "../../core/d
 import type { CommandRecord, Fence } from "../../core/types.ts";
 import type { Journal, JournalEntry, JournalWriter } from "../../shell/ports.ts";
 import { JournalError } from "../../shell/ports.ts";
+import { TOKEN_RESERVE, highestCeiling, markPath, readMark, writeMark, type JournalMark } from "./mark.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
 
-export const SCHEMA_VERSION = 1;
+export const SCHEMA_VERSION = 2;
+/** Schema 2: the journal's generation (see the mark, below). */
+const META = "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;";
 /** `PRAGMA application_id`: "FNCG", marks the file as a fencegate journal. */
 const APPLICATION_ID = 0x464e4347;
 
@@ -45,7 +70,8 @@ CREATE TABLE actuators (
   id              TEXT PRIMARY KEY,
   highest_granted INTEGER NOT NULL,
   fence_token     INTEGER NOT NULL,
-  fence_seq       INTEGER
+  fence_seq       INTEGER,
+  granted_to      TEXT
 ) STRICT;
 -- id is the arrival order: applyRecord appends intents in the order they are recorded,
 -- which is not (token, seq) order when records arrive out of order.
@@ -60,12 +86,13 @@ CREATE TABLE commands (
 ) STRICT;
 CREATE INDEX commands_by_command ON commands (actuator, token, seq);
 CREATE INDEX commands_by_arrival ON commands (actuator, id);
+${META}
 PRAGMA application_id = ${APPLICATION_ID};
 PRAGMA user_version = ${SCHEMA_VERSION};
 `;
 
 const START_FRESH =
-  "Restore the journal from backup, or move it (and any -wal file beside it) aside to start fresh; a fresh journal starts from the devices' own fences.";
+  "Restore the journal from backup, or move it (and any -wal file beside it) aside to start fresh; a fresh journal starts from the devices' own fences, or, with the journal's -mark file kept beside it, above every token ever granted (`fencegate journal recover`).";
 
 export interface SqliteJournalOptions {
   /** The database file, or ":memory:" (not durable; for tests). */
@@ -79,6 +106,21 @@ export interface SqliteJournalOptions {
   readonly syncStallMs?: number;
   /** The asynchronous fdatasync; tests replace it to hold a sync back or fail it. */
   readonly fdatasync?: (fd: number, callback: (err: NodeJS.ErrnoException | null) => void) => void;
+  /**
+   * Load even when committed history is missing (for `fencegate journal recover`, which
+   * then sets token floors from the mark): `lostHistory` says what is missing.
+   */
+  readonly acceptLostHistory?: boolean;
+}
+
+/** What `openSqliteJournal` found on disk before SQLite touched anything. */
+interface Found {
+  readonly fresh: boolean;
+  readonly mark: JournalMark | null;
+  /** A -wal with at least its header was beside the database. */
+  readonly walExisted: boolean;
+  /** The database file was missing although the mark says a journal was kept here. */
+  readonly databaseLost: boolean;
 }
 
 export interface SqliteJournalSettings {
@@ -94,6 +136,7 @@ export interface SqliteJournalSettings {
 
 interface Head {
   readonly highestGranted: number;
+  readonly lastGrantHolder: string | null;
   readonly fence: Fence;
 }
 
@@ -102,6 +145,7 @@ interface ActuatorRow {
   highest_granted: unknown;
   fence_token: unknown;
   fence_seq: unknown;
+  granted_to: unknown;
 }
 
 interface CommandRow {
@@ -160,12 +204,20 @@ export class SqliteJournal implements Journal, JournalWriter {
   readonly #syncStallMs: number;
   /** The first failure of an asynchronous commit or sync: every later commit is refused with it. */
   #failure: Error | null = null;
+  readonly #found: Found;
+  /** The mark as last written (null for ":memory:"). */
+  #mark: JournalMark | null = null;
+  readonly #acceptLostHistory: boolean;
+  /** What committed history is missing, found by load() (with acceptLostHistory), or null. */
+  lostHistory: string | null = null;
 
-  constructor(db: Database.Database, options: SqliteJournalOptions, fresh: boolean) {
+  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found) {
     this.#db = db;
     this.path = options.path;
     this.recentLimit = options.recentLimit;
-    this.fresh = fresh;
+    this.fresh = found.fresh;
+    this.#found = found;
+    this.#acceptLostHistory = options.acceptLostHistory ?? false;
     this.#fdatasync = options.fdatasync ?? fs.fdatasync;
     this.#syncStallMs = options.syncStallMs ?? 10_000;
     this.#checkpointEveryCommits = options.checkpointEveryCommits ?? 128;
@@ -181,9 +233,42 @@ export class SqliteJournal implements Journal, JournalWriter {
     if (!this.#db.open) throw new Error("journal: load() on a closed journal");
     const result = guard(this.path, () => this.#db.transaction(() => this.#loadTx()).immediate());
     this.#syncNow(); // the OUTCOME_UNKNOWN records made by loading are durable before anything decides on them
+    if (this.path !== ":memory:") this.#openMark(result);
     this.#loaded = true;
     return result;
   }
+
+  /**
+   * Whether committed history is missing, from what was on disk before this open and the
+   * database's generation: a sentence saying what happened, or null.
+   */
+  #lostHistory(generation: number): string | null {
+    const { mark, walExisted, databaseLost } = this.#found;
+    if (mark === null) return null;
+    if (databaseLost) return databaseLostSentence(this.path, mark);
+    const granted = `tokens up to ${highestCeiling(mark)} may have been granted`;
+    if (mark.open && !walExisted) {
+      return `${this.path}-wal is missing, but ${markPath(this.path)} says the journal was open when the gateway last stopped: the commits only the -wal held are lost (${granted}), and starting on what is left would grant tokens again.`;
+    }
+    if (generation < mark.generation) {
+      return `${this.path} is older than ${markPath(this.path)} says (generation ${generation}, not ${mark.generation}): it was restored from an older backup, or its -wal was lost, and the newer commits are missing (${granted}).`;
+    }
+    return null;
+  }
+
+  /** The new generation is durable in the database: now the mark says so, open, with a ceiling for every head. */
+  #openMark(heads: ReadonlyMap<string, DurableSnapshot>): void {
+    const previous = this.#found.mark;
+    const ceilings: Record<string, number> = { ...previous?.ceilings };
+    for (const [actuator, head] of heads) {
+      const ceiling = ceilings[actuator];
+      if (ceiling === undefined || ceiling < head.highestGranted) ceilings[actuator] = ceilingAbove(head.highestGranted);
+    }
+    this.#mark = { generation: this.#generation, open: true, ceilings };
+    writeMark(this.path, this.#mark);
+  }
+
+  #generation = 0;
 
   /** One atomic commit, durable (fdatasync done) when it returns. */
   commit(entries: readonly JournalEntry[]): void {
@@ -268,13 +353,39 @@ export class SqliteJournal implements Journal, JournalWriter {
     try {
       this.#finishCheckpointNow();
       if (this.#failure === null && this.#durable < this.#written) this.#syncNow();
+      if (this.#failure === null) this.#checkpointAll();
     } catch (error) {
       problem = error;
     }
     this.#db.close();
+    try {
+      this.#closeMark();
+    } catch (error) {
+      problem ??= error;
+    }
     this.#closeFilesWhenIdle();
     this.#fail(new Error("journal: the journal was closed before this commit was made durable"));
     if (problem !== null) throw problem;
+  }
+
+  /** Every commit copied into the database file, and that file synced: the -wal holds nothing more. */
+  #checkpointAll(): void {
+    if (this.#mark === null || !this.#loaded) return;
+    this.#db.pragma("wal_checkpoint(TRUNCATE)");
+    fs.fdatasyncSync(this.#dbFile());
+  }
+
+  /**
+   * After SQLite's close: if the -wal is gone or empty, everything is in the database file
+   * (SQLite deletes the -wal only after a complete checkpoint, which syncs the database
+   * file), and the mark says closed. Only after a load that passed its checks: a journal
+   * refused for lost history stays refused.
+   */
+  #closeMark(): void {
+    const mark = this.#mark;
+    if (mark === null || !this.#loaded || walHasHeader(this.path)) return;
+    this.#mark = { ...mark, open: false };
+    writeMark(this.path, this.#mark);
   }
 
   #assertCommittable(entries: readonly JournalEntry[]): void {
@@ -436,7 +547,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       }
       // The head follows applyRecord exactly; with no recent list it costs nothing.
       const next = applyRecord({ ...head, recent: [] }, record, 0);
-      heads.set(actuator, { highestGranted: next.highestGranted, fence: next.fence });
+      heads.set(actuator, { highestGranted: next.highestGranted, lastGrantHolder: next.lastGrantHolder, fence: next.fence });
       if (record.type === "intent") {
         s.insertCommand.run(actuator, record.token, record.seq, record.holder, JSON.stringify(record.set));
         appended.add(actuator);
@@ -448,17 +559,34 @@ export class SqliteJournal implements Journal, JournalWriter {
       // An outcome leaves the head as it was: no write (one page less in the -wal per command).
       const before = stored.get(actuator)!;
       if (before !== EMPTY_SNAPSHOT && sameHead(before, head)) continue;
-      s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq);
+      s.upsertHead.run(actuator, head.highestGranted, head.fence.token, head.fence.seq, head.lastGrantHolder);
     }
+    this.#raiseCeilings(heads);
     // Pruning once per commit keeps the same records as pruning after each intent: what an
     // earlier intent pushed out is older than the newest recentLimit at the end too.
     for (const actuator of appended) s.prune.run(actuator, actuator, this.recentLimit);
   }
 
+  /** A head past its ceiling: the mark is rewritten before this commit can count (see the module comment). */
+  #raiseCeilings(heads: ReadonlyMap<string, Head>): void {
+    const mark = this.#mark;
+    if (mark === null) return;
+    let ceilings: Record<string, number> | null = null;
+    for (const [actuator, head] of heads) {
+      if (head.highestGranted <= (mark.ceilings[actuator] ?? 0)) continue;
+      ceilings ??= { ...mark.ceilings };
+      ceilings[actuator] = ceilingAbove(head.highestGranted);
+    }
+    if (ceilings === null) return;
+    const next = { ...mark, ceilings };
+    writeMark(this.path, next);
+    this.#mark = next;
+  }
+
   #readHead(actuator: string): Head {
-    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null } | undefined;
+    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null; granted_to: string | null } | undefined;
     if (row === undefined) return EMPTY_SNAPSHOT;
-    return { highestGranted: row.highest_granted, fence: { token: row.fence_token, seq: row.fence_seq } };
+    return { highestGranted: row.highest_granted, lastGrantHolder: row.granted_to, fence: { token: row.fence_token, seq: row.fence_seq } };
   }
 
   #loadTx(): Map<string, DurableSnapshot> {
@@ -480,7 +608,8 @@ export class SqliteJournal implements Journal, JournalWriter {
         seq: row.fence_seq === null ? null : checker.count(row.fence_seq, `${where}: fence_seq`),
       };
       if (fence.token > highestGranted) checker.fail(`${where}: the fence token ${fence.token} is above the highest granted token ${highestGranted}`);
-      snapshots.set(id, { head: { highestGranted, fence }, recent: [] });
+      const lastGrantHolder = row.granted_to === null ? null : checker.text(row.granted_to, `${where}: granted_to`);
+      snapshots.set(id, { head: { highestGranted, lastGrantHolder, fence }, recent: [] });
     }
     for (const row of commands) {
       const rowId = checker.count(row.id, "command id");
@@ -501,6 +630,14 @@ export class SqliteJournal implements Journal, JournalWriter {
       entry.recent.push({ id: rowId, record: { holder, token, seq, set, outcome } });
     }
 
+    // Last of the checks, so that a damaged journal is reported as damaged.
+    const generation = checker.count(this.#stmt.generation.get()?.value ?? 0n, "meta: generation");
+    const lost = this.#lostHistory(generation);
+    if (lost !== null && !this.#acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${lost} ${recoverAdvice(this.path)}`);
+    this.lostHistory = lost;
+    this.#generation = Math.max(generation, this.#found.mark?.generation ?? 0) + 1;
+    this.#stmt.setGeneration.run(this.#generation);
+
     const result = new Map<string, DurableSnapshot>();
     for (const [id, { head, recent }] of snapshots) {
       // Opened with a smaller recentLimit than it was written with: keep the newest.
@@ -517,11 +654,11 @@ export class SqliteJournal implements Journal, JournalWriter {
 
 function prepare(db: Database.Database) {
   const statements = {
-    head: db.prepare("SELECT highest_granted, fence_token, fence_seq FROM actuators WHERE id = ?"),
+    head: db.prepare("SELECT highest_granted, fence_token, fence_seq, granted_to FROM actuators WHERE id = ?"),
     upsertHead: db.prepare(
-      `INSERT INTO actuators (id, highest_granted, fence_token, fence_seq) VALUES (?, ?, ?, ?)
+      `INSERT INTO actuators (id, highest_granted, fence_token, fence_seq, granted_to) VALUES (?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET highest_granted = excluded.highest_granted,
-         fence_token = excluded.fence_token, fence_seq = excluded.fence_seq`,
+         fence_token = excluded.fence_token, fence_seq = excluded.fence_seq, granted_to = excluded.granted_to`,
     ),
     insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES (?, ?, ?, ?, ?, NULL)"),
     // Like applyRecord: the first outcome wins, for every matching intent still without one.
@@ -530,7 +667,9 @@ function prepare(db: Database.Database) {
       "DELETE FROM commands WHERE actuator = ? AND id <= (SELECT id FROM commands WHERE actuator = ? ORDER BY id DESC LIMIT 1 OFFSET ?)",
     ),
     markLost: db.prepare("UPDATE commands SET outcome_json = ? WHERE outcome_json IS NULL"),
-    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq FROM actuators ORDER BY id").safeIntegers(true),
+    generation: db.prepare<[], { value: bigint }>("SELECT value FROM meta WHERE key = 'generation'").safeIntegers(true),
+    setGeneration: db.prepare("INSERT INTO meta (key, value) VALUES ('generation', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
+    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq, granted_to FROM actuators ORDER BY id").safeIntegers(true),
     allCommands: db.prepare("SELECT id, actuator, token, seq, holder, set_json, outcome_json FROM commands ORDER BY id").safeIntegers(true),
   };
   return statements;
@@ -571,7 +710,7 @@ function describe(x: unknown): string {
 }
 
 function sameHead(a: Head, b: Head): boolean {
-  return a.highestGranted === b.highestGranted && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
+  return a.highestGranted === b.highestGranted && a.lastGrantHolder === b.lastGrantHolder && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
 }
 
 function truncate(s: string): string {
@@ -588,6 +727,8 @@ export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal 
   const inMemory = file === ":memory:";
   return guard(file, () => {
     let fresh = inMemory;
+    const mark = inMemory ? null : readMark(file);
+    let databaseLost = false;
     if (!inMemory && !exists(file)) {
       if (exists(`${file}-wal`)) {
         throw new JournalError(
@@ -595,9 +736,13 @@ export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal 
           `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
         );
       }
+      databaseLost = mark !== null;
+      // Refused before anything is created: the operator's next look finds what was there.
+      if (databaseLost && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark!)} ${recoverAdvice(file)}`);
       createFile(file);
       fresh = true;
     }
+    const walExisted = !inMemory && walHasHeader(file);
     if (!inMemory) {
       // SQLite would quietly fall back to read-only and fail later with a vague I/O error.
       // The directory must be writable too: the -wal file is created beside the journal.
@@ -607,7 +752,7 @@ export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal 
     const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
     try {
       configure(db, file, inMemory);
-      return new SqliteJournal(db, options, fresh);
+      return new SqliteJournal(db, options, { fresh, mark, walExisted, databaseLost });
     } catch (error) {
       db.close();
       throw error;
@@ -622,6 +767,7 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
   const version = Number(db.pragma("user_version", { simple: true }));
   const appId = Number(db.pragma("application_id", { simple: true }));
   if (inMemory && version === 0) db.exec(SCHEMA);
+  else if (appId === APPLICATION_ID && version < SCHEMA_VERSION && version >= 1) migrate(db, version);
   else if (version > SCHEMA_VERSION) {
     throw new JournalError(
       "JOURNAL_NEWER_VERSION",
@@ -641,6 +787,18 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
   // and checkpoints are the journal's own (see the module comment).
   db.pragma("synchronous = NORMAL");
   db.pragma("wal_autocheckpoint = 0");
+}
+
+/**
+ * Brings a journal written by an older fencegate up to SCHEMA_VERSION, in one transaction.
+ * 1 → 2: `granted_to`, who holds the highest token (unknown, NULL, for what 1 recorded),
+ * and `meta` with the generation (0 until the first open writes one).
+ */
+function migrate(db: Database.Database, from: number): void {
+  db.transaction(() => {
+    if (from < 2) db.exec(`ALTER TABLE actuators ADD COLUMN granted_to TEXT; ${META}`);
+    db.pragma(`user_version = ${SCHEMA_VERSION}`);
+  }).immediate();
 }
 
 /**
@@ -669,6 +827,29 @@ function fsyncPath(p: string): void {
     fs.fsyncSync(fd);
   } finally {
     fs.closeSync(fd);
+  }
+}
+
+function databaseLostSentence(file: string, mark: JournalMark): string {
+  return `${file} is missing, but ${markPath(file)} says a journal was kept here (tokens up to ${highestCeiling(mark)} may have been granted): starting empty would grant those tokens again.`;
+}
+
+/** What to do about lost history: the second sentence of every such refusal. */
+function recoverAdvice(file: string): string {
+  return `Put the missing file back if you have it (a database and its -wal from the same moment); otherwise stop the controllers of plain actuators and run \`fencegate journal recover\` with this gateway's --config, which sets every actuator's next token above anything ever granted (from ${markPath(file)}), then start again.`;
+}
+
+function ceilingAbove(token: number): number {
+  return Math.min(token + TOKEN_RESERVE, Number.MAX_SAFE_INTEGER);
+}
+
+/** A -wal holding at least its 32-byte header: one that can hold commits. */
+function walHasHeader(file: string): boolean {
+  try {
+    return fs.statSync(`${file}-wal`).size >= 32;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return false;
+    throw error;
   }
 }
 

@@ -19,9 +19,9 @@ import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
 import type { GatewayRequest } from "../../shell/gateway.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
-import { eventPayload, gatewayStatusPayload, readReplyPayload, refusalPayload, replyPayload, statePayload } from "./payloads.ts";
+import { eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity } from "./payloads.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
-import { eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
+import { GATEWAY_LEVEL, eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
 
 /** What the link needs from the shell. */
 export interface RequestSink {
@@ -34,6 +34,16 @@ export interface RequestSink {
 export interface MqttLinkOptions {
   readonly mqtt: MqttConfig;
   readonly gatewayId: string;
+  /** Answered to `B/gateway/read`: how a newcomer with the same gatewayId finds this one (presence.ts). */
+  readonly identity: GatewayIdentity;
+  /**
+   * Whether another gateway with this gatewayId is connected now (presence.ts), asked after
+   * the broker closed the connection: Mosquitto 2.0 closes the older of two connections
+   * with one client id without saying why.
+   */
+  readonly otherWithSameId?: () => Promise<GatewayIdentity | undefined>;
+  /** Another connection took our client id: the link has stopped for good. */
+  readonly onDisplaced?: (by: GatewayIdentity | undefined) => void;
   readonly limits: RequestLimits;
   readonly log: Logger;
   /** Replies owed at once; beyond this a request is refused OVERLOADED at the door. */
@@ -79,6 +89,8 @@ export class MqttLink implements Outbox {
   private readonly base: string;
   private readonly v5: boolean;
   private corked: Writable | null = null;
+  /** stop() was called, or the client id was taken: no more reconnecting, no more asking. */
+  private ended = false;
 
   constructor(private readonly options: MqttLinkOptions) {
     this.base = options.mqtt.baseTopic;
@@ -124,8 +136,13 @@ export class MqttLink implements Outbox {
     client.on("close", () => {
       client.options.reconnectPeriod = this.reconnectMs;
       this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
+      if (!this.ended) void this.askWhoTookTheId(client);
     });
     client.on("offline", () => log.warn({ broker: mqtt.url, retryInMs: client.options.reconnectPeriod }, "MQTT broker unreachable; reconnecting"));
+    // Brokers that say so (MQTT 5 reason 0x8E); Mosquitto 2.0 just closes: askWhoTookTheId.
+    client.on("disconnect", (packet) => {
+      if (packet.reasonCode === SESSION_TAKEN_OVER) this.displaced(client, undefined);
+    });
     return new Promise((resolve) => {
       client.on("connect", () => {
         this.reconnectMs = mqtt.reconnect.minMs;
@@ -150,6 +167,24 @@ export class MqttLink implements Outbox {
         });
       });
     });
+  }
+
+  /**
+   * After the broker closed the connection: if another gateway with our id answers while we
+   * are still disconnected, it took the client id, and reconnecting would take it back and
+   * have it taken again, forever. If we are connected again by then, it is the one displaced,
+   * and it asks in turn: of two, exactly one stays.
+   */
+  private async askWhoTookTheId(client: MqttClient): Promise<void> {
+    const other = await this.options.otherWithSameId?.();
+    if (other !== undefined && !client.connected && !this.ended) this.displaced(client, other);
+  }
+
+  private displaced(client: MqttClient, by: GatewayIdentity | undefined): void {
+    if (this.ended) return;
+    this.ended = true;
+    client.end(true);
+    this.options.onDisplaced?.(by);
   }
 
   private count(map: Map<string, number>, key: string): void {
@@ -186,6 +221,10 @@ export class MqttLink implements Outbox {
       return;
     }
     const { request, route } = parsed;
+    if (request.actuator === GATEWAY_LEVEL && request.verb === "read") {
+      this.publishReply(route, identityReplyPayload(request.id, this.options.identity));
+      return;
+    }
     if (this.routes.size >= this.options.maxPendingReplies) {
       this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message: "The gateway has too many requests in progress; retry shortly." } }));
       return;
@@ -247,20 +286,30 @@ export class MqttLink implements Outbox {
   }
 
   /**
-   * Publishes `offline` (the clean-shutdown twin of the last will) and disconnects, never
-   * waiting on a broker that is gone: mqtt.js's graceful end waits until every QoS 1
-   * message is acknowledged, and with the broker down (end also cancels the reconnect) that
-   * is forever. Then the connection is just dropped: nothing queued could be delivered
-   * (clean session), and the last will says `offline` for us.
+   * Publishes every actuator's retained state as offline with no lease (no lease outlives
+   * the process), then `offline` (the clean-shutdown twin of the last will), and
+   * disconnects, never waiting on a broker that is gone: mqtt.js's graceful end waits until
+   * every QoS 1 message is acknowledged, and with the broker down (end also cancels the
+   * reconnect) that is forever. Then the connection is just dropped: nothing queued could be
+   * delivered (clean session), and the last will says `offline` for us.
    */
   async stop(): Promise<void> {
     const client = this.client;
+    this.ended = true;
     if (!client) return;
+    const lastWords = () => {
+      const retained = { qos: 1, retain: true } as const;
+      const states = (this.sink?.actuatorIds() ?? []).flatMap((id) => {
+        const view = this.sink?.view(id);
+        return view ? [client.publishAsync(stateTopic(this.base, id), statePayload({ ...view, online: false, lease: null }), retained)] : [];
+      });
+      return Promise.all([...states, client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), retained)]);
+    };
     const acknowledged =
       client.connected &&
       (await within(
         STOP_GRACE_MS,
-        client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), { qos: 1, retain: true }).then(
+        lastWords().then(
           () => true,
           () => false,
         ),
@@ -270,6 +319,9 @@ export class MqttLink implements Outbox {
     await client.endAsync(true);
   }
 }
+
+/** MQTT 5 DISCONNECT reason: another connection took this client id. */
+const SESSION_TAKEN_OVER = 0x8e;
 
 /** How long a clean shutdown waits on the broker for each of `offline` and the disconnect. */
 const STOP_GRACE_MS = 2000;

@@ -13,6 +13,10 @@ export interface StateJson {
   readonly fence: { readonly token: number; readonly seq: number | null };
   readonly points: PointValues;
   readonly at: string;
+  /** Extensions, after the contract's keys. The gateway serving the actuator (its status topic tells whether this state is current). */
+  readonly gateway: string;
+  /** The gateway's own safe-value write while it is owed, else null. */
+  readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
 }
 
 /** Points in name order, so equal states publish byte-identical retained payloads. */
@@ -30,6 +34,8 @@ export function stateJson(s: StateView): StateJson {
     fence: { token: s.fence.token, seq: s.fence.seq },
     points: sortedPoints(s.points),
     at: s.at.toISOString(),
+    gateway: s.gateway,
+    safeWrite: s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
   };
 }
 
@@ -53,14 +59,30 @@ export function refusalPayload(refused: Extract<ParseResult, { kind: "refused" }
   return replyPayload(refused.id, { ok: false, error: { code: refused.code, message: refused.message } });
 }
 
-/** One `B/A/events` payload: `{"type", "at", "holder"?, "token"?, "seq"?, "code"?}`. */
+/** One `B/A/events` payload: `{"type", "at", "holder"?, "token"?, "seq"?, "code"?, "reason"?}`. */
 export function eventPayload(event: CoreEvent, at: Date): string {
   const out: Record<string, unknown> = { type: event.type, at: at.toISOString() };
   if (event.holder !== undefined) out.holder = event.holder;
   if (event.token !== undefined) out.token = event.token;
   if (event.seq !== undefined) out.seq = event.seq;
   if (event.code !== undefined) out.code = event.code;
+  if (event.reason !== undefined) out.reason = event.reason;
   return JSON.stringify(out);
+}
+
+/** Who a gateway is, in its answer to `B/gateway/read` (src/adapters/mqtt/presence.ts). */
+export interface GatewayIdentity {
+  /** The gatewayId. */
+  readonly id: string;
+  /** The same for every start of one installation: this host and this journal (a hash: no paths on the broker). */
+  readonly instance: string;
+  readonly host: string;
+  readonly pid: number;
+}
+
+/** The reply to `B/gateway/read`: `{"id", "ok": true, "gateway": {"id", "instance", "host", "pid"}}`. */
+export function identityReplyPayload(id: string, identity: GatewayIdentity): string {
+  return JSON.stringify({ id, ok: true, gateway: identity });
 }
 
 /** The retained `B/gateway/<gatewayId>/status` payload (also the last will: `offline`). */

@@ -60,6 +60,12 @@ export function eventsTopic(base: string, actuator: string): string {
   return `${base}/${actuator}/events`;
 }
 
+/**
+ * The topic level of the gateways themselves: `B/gateway/<gatewayId>/status`, and
+ * `B/gateway/read`, which every gateway answers with its identity. Reserved as an actuator id.
+ */
+export const GATEWAY_LEVEL = "gateway";
+
 /** `B/gateway/<gatewayId>/status`: retained `online` / `offline` (also the last will). */
 export function gatewayStatusTopic(base: string, gatewayId: string): string {
   return `${base}/gateway/${gatewayId}/status`;

@@ -1,0 +1,18 @@
+/** The JournalError a journal's open and load refuse `file` with (the test fails if they do not). */
+import { expect } from "vitest";
+import { openSqliteJournal, type SqliteJournal } from "../../src/adapters/journal/sqlite.ts";
+import { JournalError } from "../../src/shell/ports.ts";
+
+export function refusal(file: string, recentLimit = 100): JournalError {
+  let journal: SqliteJournal | undefined;
+  try {
+    journal = openSqliteJournal({ path: file, recentLimit, busyTimeoutMs: 50 });
+    journal.load();
+  } catch (error) {
+    expect(error).toBeInstanceOf(JournalError);
+    return error as JournalError;
+  } finally {
+    journal?.close();
+  }
+  throw new Error(`expected ${file} to be refused`);
+}
