@@ -33,6 +33,10 @@ export interface ActuatorState {
   readonly fence: FenceView;
   readonly points: Readonly<Record<string, number>>;
   readonly at: string;
+  /** Points whose reading is not a finite number, and what it was (fencegate extension). */
+  readonly pointFaults?: Readonly<Record<string, string>>;
+  /** Why the actuator is offline or cannot be leased (fencegate extension). */
+  readonly problem?: string;
 }
 
 export interface ActuatorEvent {

@@ -10,7 +10,8 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { RtuPort, expectationFor, takeResponse, type Expectation } from "../../src/adapters/modbus/rtu-port.ts";
+import { expectationFor, type Expectation } from "../../src/adapters/modbus/framing.ts";
+import { RtuPort, takeResponse } from "../../src/adapters/modbus/rtu-port.ts";
 import { hasValidCrc, withCrc } from "../../firmware-bridge/src/rtu.ts";
 import { FUZZ_TIMEOUT_MS, runs } from "./runs.ts";
 

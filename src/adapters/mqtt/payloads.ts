@@ -13,12 +13,16 @@ export interface StateJson {
   readonly fence: { readonly token: number; readonly seq: number | null };
   readonly points: PointValues;
   readonly at: string;
+  /** Extension: points whose reading is not a finite number (never published as a value). */
+  readonly pointFaults?: Readonly<Record<string, string>>;
+  /** Extension: why the actuator is offline or cannot be leased. */
+  readonly problem?: string;
 }
 
 /** Points in name order, so equal states publish byte-identical retained payloads. */
-function sortedPoints(points: PointValues): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const k of Object.keys(points).sort()) out[k] = points[k] as number;
+function sortedPoints<T>(points: Readonly<Record<string, T>>): Record<string, T> {
+  const out: Record<string, T> = {};
+  for (const k of Object.keys(points).sort()) out[k] = points[k] as T;
   return out;
 }
 
@@ -30,6 +34,9 @@ export function stateJson(s: StateView): StateJson {
     fence: { token: s.fence.token, seq: s.fence.seq },
     points: sortedPoints(s.points),
     at: s.at.toISOString(),
+    // The extensions appear only when they have something to say.
+    ...(Object.keys(s.pointFaults).length > 0 ? { pointFaults: sortedPoints(s.pointFaults) } : {}),
+    ...(s.problem !== null ? { problem: s.problem } : {}),
   };
 }
 
