@@ -8,11 +8,11 @@ import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
 import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
-import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
+import { ModbusBus, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { MqttLink } from "./adapters/mqtt/link.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
-import { isLoopbackHost, quietAfterTimeoutMs, type BusConfig, type GatewayConfig } from "./config/schema.ts";
+import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
 import type { Clock, Outbox, Scheduler } from "./shell/ports.ts";
 
@@ -29,11 +29,6 @@ export const realScheduler: Scheduler = {
   },
   defer: (fn) => setImmediate(fn),
 };
-
-function busLink(bus: BusConfig): BusLink {
-  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
-  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
-}
 
 export interface Daemon {
   readonly gateway: Gateway;

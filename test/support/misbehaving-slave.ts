@@ -115,6 +115,8 @@ export function f32Words(value: number): [number, number] {
 export interface SlaveOptions {
   /** Units answered (default [1]); requests for others get no answer. */
   readonly units?: readonly number[];
+  /** TCP: the loopback port to listen on (default: a free one). */
+  readonly port?: number;
 }
 
 export class MisbehavingSlave {
@@ -135,7 +137,7 @@ export class MisbehavingSlave {
 
   static async tcp(options: SlaveOptions = {}): Promise<MisbehavingSlave> {
     const slave = new MisbehavingSlave(options);
-    await slave.listenTcp();
+    await slave.listenTcp(options.port ?? 0);
     return slave;
   }
 
@@ -199,7 +201,7 @@ export class MisbehavingSlave {
     }
   }
 
-  private async listenTcp(): Promise<void> {
+  private async listenTcp(port: number): Promise<void> {
     const sockets = new Set<net.Socket>();
     const server = net.createServer((socket) => {
       sockets.add(socket);
@@ -230,10 +232,9 @@ export class MisbehavingSlave {
     });
     await new Promise<void>((resolve, reject) => {
       server.once("error", reject);
-      server.listen(0, "127.0.0.1", () => resolve());
+      server.listen(port, "127.0.0.1", () => resolve());
     });
-    const { port } = server.address() as net.AddressInfo;
-    this.address = { host: "127.0.0.1", port };
+    this.address = { host: "127.0.0.1", port: (server.address() as net.AddressInfo).port };
     this.dropper = () => sockets.forEach((s) => s.destroy());
     this.closeTransport = () =>
       new Promise<void>((resolve) => {

@@ -11,6 +11,7 @@
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
 import ModbusSerial from "modbus-serial";
+import type { BusConfig } from "../../config/schema.ts";
 import { DeviceAnswerError } from "../../shell/ports.ts";
 import { RtuPort, type RtuLineOptions } from "./rtu-port.ts";
 import { TcpPort } from "./tcp-port.ts";
@@ -19,6 +20,11 @@ const ModbusRTU = ModbusSerial.default;
 export type ModbusClient = InstanceType<typeof ModbusRTU>;
 
 export type BusLink = { readonly kind: "rtu"; readonly line: RtuLineOptions } | { readonly kind: "tcp"; readonly host: string; readonly port: number };
+
+export function busLink(bus: BusConfig): BusLink {
+  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
+  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
+}
 
 export interface BusOptions {
   readonly name: string;

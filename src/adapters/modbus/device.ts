@@ -166,7 +166,7 @@ export class ModbusDevice implements DevicePort {
     } catch (err) {
       const code = modbusExceptionCode(err);
       if (code === undefined) throw err;
-      throw new DeviceAnswerError(`unit ${unit} answered a read of ${count} ${table} register(s) at ${start} with ${describeException(code)}; check the points' registers and table`);
+      throw new ReadExceptionError(code, `unit ${unit} answered a read of ${count} ${table} register(s) at ${start} with ${describeException(code)}; check the points' registers and table`);
     }
   }
 
@@ -187,7 +187,17 @@ export class ModbusDevice implements DevicePort {
   private async checkIdentity(): Promise<void> {
     const session = this.session();
     if (this.identitySession === session) return;
-    const identity = decodeIdentity(await this.readRegisters("holding", FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT));
+    const mismatch = (problem: string) =>
+      new DeviceMismatchError(`Unit ${this.options.unit} is not the fenced device configured: ${problem}. Nothing is written to it and no lease is granted until it identifies right.`);
+    let regs: number[];
+    try {
+      regs = await this.readRegisters("holding", FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT);
+    } catch (err) {
+      // A fenced device answers reads of its whole map: an exception here says it is something else.
+      if (err instanceof ReadExceptionError) throw mismatch(`it answers a read of the identity block (registers 0-7) with ${describeException(err.code)}`);
+      throw err;
+    }
+    const identity = decodeIdentity(regs);
     const registers = this.setpoints.reduce((n, [, p]) => n + registerSpan(p), 0);
     let problem: string | null = null;
     if (identity.magic !== PROFILE_MAGIC) {
@@ -199,10 +209,7 @@ export class ModbusDevice implements DevicePort {
     } else if (identity.setpointCount !== registers) {
       problem = `its command block has ${identity.setpointCount} setpoint registers where the configuration's writable points take ${registers}`;
     }
-    if (problem !== null) {
-      this.identitySession = null;
-      throw new DeviceMismatchError(`Unit ${this.options.unit} is not the fenced device configured: ${problem}. Nothing is written to it and no lease is granted until it identifies right.`);
-    }
+    if (problem !== null) throw mismatch(problem);
     this.identitySession = session;
   }
 
@@ -310,6 +317,16 @@ async function notSent<T>(what: string, step: () => Promise<T>): Promise<T> {
   } catch (err) {
     if (err instanceof DeviceMismatchError) throw new NotSentError(err.message.replace(/\.$/, ""), { cause: err });
     throw new NotSentError(`${what} failed (${err instanceof Error ? err.message : String(err)})`, { cause: err });
+  }
+}
+
+/** The device answered a read with a Modbus exception. */
+class ReadExceptionError extends DeviceAnswerError {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message);
   }
 }
 
