@@ -66,7 +66,7 @@ export interface GatewayDeps {
 export const READ_BACK_SETTLE_MS = 100;
 
 /** Polls in a row whose answer was unusable (malformed, an exception) after which the actuator is reported offline. */
-export const OFFLINE_AFTER_BAD_POLLS = 2;
+const OFFLINE_AFTER_BAD_POLLS = 2;
 
 class ActuatorRuntime {
   state: ActuatorState;
@@ -198,7 +198,7 @@ class ActuatorRuntime {
   get problem(): string | null {
     if (this.mismatch !== null) return this.mismatch;
     if (!this.link.online) return this.link.reason;
-    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS ? `Its last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).` : null;
+    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS ? `The device's last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).` : null;
   }
 
   /** Online for the core: the unit answers, the device is the one configured, and its polls succeed. */
