@@ -393,11 +393,12 @@ export class Gateway {
         return;
       case "lease/acquire": {
         if (!rt.fenceKnown) {
-          const why = rt.problem ?? "The device's own fence has not been read yet";
-          outbox.reply(ref, {
-            ok: false,
-            error: { code: "DEVICE_UNAVAILABLE", message: `${why.replace(/\.$/, "")}; no lease is granted until ${rt.problem === null ? "it has" : "that is resolved"}.` },
-          });
+          const { problem } = rt;
+          const message =
+            problem === null
+              ? "The device's own fence has not been read yet; no lease is granted until it has."
+              : `The device's own fence cannot be read, so no lease is granted: ${problem}${problem.endsWith(".") ? "" : "."}`;
+          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message } });
           return;
         }
         // The secret is drawn here, not in the core: the core stays free of randomness.
