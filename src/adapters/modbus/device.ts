@@ -201,7 +201,7 @@ export class ModbusDevice implements DevicePort {
     const registers = this.setpoints.reduce((n, [, p]) => n + registerSpan(p), 0);
     let problem: string | null = null;
     if (identity.magic !== PROFILE_MAGIC) {
-      problem = `register 0 reads ${hex16(identity.magic)}, not the fencegate magic ${hex16(PROFILE_MAGIC)}: it has no fenced identity block (a plain device needs profile: plain)`;
+      problem = `register 0 reads ${hex(identity.magic, 4)}, not the fencegate magic ${hex(PROFILE_MAGIC, 4)}: it has no fenced identity block (a plain device needs profile: plain)`;
     } else if (identity.profileId !== PROFILE_ID.FENCED) {
       problem = `it identifies as fencegate profile ${identity.profileId}, not the fenced profile (${PROFILE_ID.FENCED})`;
     } else if (identity.profileVersion >> 8 !== PROFILE_VERSION >> 8) {
@@ -304,10 +304,6 @@ export class ModbusDevice implements DevicePort {
 
 function validFor(point: PointConfig, value: number): boolean {
   return Number.isFinite(value) && value >= point.min && value <= point.max;
-}
-
-function hex16(n: number): string {
-  return `0x${n.toString(16).toUpperCase().padStart(4, "0")}`;
 }
 
 /** Runs a step that comes before the write: if it fails, the command never reached the device. */

@@ -32,8 +32,9 @@ export const MODBUS_EXCEPTIONS: Readonly<Record<number, ExceptionMeaning>> = {
   0x0b: { name: "gateway target device failed to respond", effect: "uncertain" },
 };
 
-export function hex(code: number): string {
-  return `0x${code.toString(16).toUpperCase().padStart(2, "0")}`;
+/** 0x0B, 0x4647: how Modbus codes and registers are written in the profile and the logs. */
+export function hex(n: number, digits = 2): string {
+  return `0x${n.toString(16).toUpperCase().padStart(digits, "0")}`;
 }
 
 /** "exception 0x0B (gateway target device failed to respond)", for messages and logs. */
