@@ -8,12 +8,12 @@ import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
 import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
-import { ModbusBus, type BusLink } from "./adapters/modbus/bus.ts";
+import { ModbusBus, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { MqttLink } from "./adapters/mqtt/link.ts";
 import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, probeGateways } from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
-import type { BusConfig, GatewayConfig } from "./config/schema.ts";
+import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
 import type { Clock, Outbox, Scheduler } from "./shell/ports.ts";
 
@@ -38,11 +38,6 @@ export const EXIT_DUPLICATE_GATEWAY = 78;
 
 /** Events kept for the first MQTT connection (a start with the broker down keeps the first ones). */
 const EVENTS_BEFORE_CONNECT_LIMIT = 1024;
-
-function busLink(bus: BusConfig): BusLink {
-  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
-  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
-}
 
 export interface Daemon {
   readonly gateway: Gateway;
@@ -96,8 +91,8 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
           timeoutMs: bus.timeoutMs,
           reopenMinMs: bus.reconnect.minMs,
           reopenMaxMs: bus.reconnect.maxMs,
-          quietAfterTimeoutMs: Math.max(20, bus.timeoutMs / 2),
-          offlineAfterTimeouts: 2,
+          quietAfterTimeoutMs: quietAfterTimeoutMs(bus.timeoutMs),
+          offlineAfterFailures: 2,
           queueLimitPerUnit: config.commands.queueLimit * 4,
         },
         log.child({ bus: name }),
@@ -111,7 +106,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     return {
       id: a.id,
       config: actuatorCoreConfig(config, a.id),
-      device: new ModbusDevice({ bus, unit: a.unit, profile: a.profile, points: a.points }),
+      device: new ModbusDevice({ bus, unit: a.unit, profile: a.profile, points: a.points, writeFunction: a.writeFunction }),
       fenced: a.profile === "fenced",
       pollIntervalMs: a.pollIntervalMs,
       defaultDeadlineMs: config.commands.defaultDeadlineMs,
@@ -176,8 +171,18 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     snapshots,
   );
 
+  /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
+  const daemonProblem = (): string | null => {
+    if (stopping) return "the gateway is shutting down";
+    if (journalFailed) return "the journal failed";
+    const problem = journal.problem();
+    return problem === null ? null : `the journal cannot commit: ${problem}`;
+  };
   const health: HealthSource = {
-    problem: () => (stopping ? "The gateway is shutting down." : null),
+    // /healthz: the daemon's own problems, and no bus open at all (it cannot reach a single
+    // device). One bus or device down is in the details, not a 503: the rest still serve.
+    // Not the watchdog's rule: an unplugged adapter must not get the daemon restarted.
+    problem: () => daemonProblem() ?? (buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
     details: () => ({
       mqtt: link.connected,
       buses: Object.fromEntries([...buses].map(([name, b]) => [name, b.isUp])),
@@ -185,12 +190,16 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     }),
     queueDepths: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.queue.length ?? 0] as [string, number]),
     linkStates: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.online ?? false] as [string, boolean]),
+    pointFaults: () => gateway.actuatorIds().map((id) => [id, Object.keys(gateway.view(id)?.pointFaults ?? {}).length] as [string, number]),
   };
 
   let server: Server | null = null;
   if (config.metrics.enabled) {
     metrics = new GatewayMetrics(health);
     server = await serveHttp(config.metrics.host, config.metrics.port, metrics, health);
+    if (!isLoopbackHost(config.metrics.host)) {
+      log.warn({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: /metrics and /healthz answer anyone who reaches this address, without authentication (metrics.allowNonLoopback)");
+    }
   }
 
   for (const [name, bus] of buses) {
@@ -204,8 +213,8 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       // stay offline, and a fenced one without leases, for a whole poll interval.
       if (up) for (const a of config.actuators) if (a.bus === name) gateway.pollNow(a.id);
     });
-    bus.on("unit", (unit, online) => {
-      for (const a of config.actuators) if (a.bus === name && a.unit === unit) gateway.linkChanged(a.id, online);
+    bus.on("unit", (unit, online, reason) => {
+      for (const a of config.actuators) if (a.bus === name && a.unit === unit) gateway.linkChanged(a.id, online, reason);
     });
     bus.start();
   }
@@ -236,12 +245,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     link,
     httpPort: typeof address === "object" && address !== null ? address.port : null,
     fatal,
-    healthProblem() {
-      if (stopping) return "the gateway is shutting down";
-      if (journalFailed) return "the journal failed";
-      const problem = journal.problem();
-      return problem === null ? null : `the journal cannot commit: ${problem}`;
-    },
+    healthProblem: daemonProblem,
     async stop() {
       if (stopping) return;
       stopping = true;

@@ -129,7 +129,15 @@ function formatState(s: ActuatorState): string {
   const points = Object.entries(s.points)
     .map(([k, v]) => `${k}=${v}`)
     .join(" ");
-  return [`${s.actuator}: ${s.online ? "online" : "OFFLINE"}`, `  lease  ${lease}`, `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`, `  points ${points || "-"}`].join("\n");
+  const faults = Object.entries(s.pointFaults ?? {}).map(([k, why]) => `${k} ${why}`);
+  return [
+    `${s.actuator}: ${s.online ? "online" : "OFFLINE"}`,
+    ...(s.problem === undefined ? [] : [`  why    ${s.problem}`]),
+    `  lease  ${lease}`,
+    `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`,
+    `  points ${points || "-"}`,
+    ...(faults.length === 0 ? [] : [`  faults ${faults.join("; ")}`]),
+  ].join("\n");
 }
 
 /** `lease renew` and `lease release`: the same request on a token, answered differently. */

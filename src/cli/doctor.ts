@@ -7,10 +7,12 @@ export const EXIT = { OK: 0, PROBLEMS: 1, WARNINGS: 2, USAGE: 64 } as const;
 const HELP = `usage: fencegate doctor --config FILE [--json] [--strict]
 
 Checks the configuration and the machine the gateway will run on: the configuration
-file, Node, the serial ports (present, accessible, not locked by another process), the
-broker (reachable with the configured TLS and credentials, request topics allowed, no
-other gateway with this gatewayId), the journal directory (writable, fsync speed) and
-file (loads, no committed history lost), and the clock. Changes nothing.
+file, Node, the metrics listener (warns beyond loopback), the serial ports (present,
+accessible, not locked by another process), each fenced device (its identity block says
+the fenced profile with the configured setpoints; read only), the broker (reachable with
+the configured TLS and credentials, request topics allowed, no other gateway with this
+gatewayId), the journal directory (writable, fsync speed) and file (loads, no committed
+history lost), and the clock. Changes nothing.
 Run it as the service user, with the daemon stopped to also check the serial ports.
 
 options:

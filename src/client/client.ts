@@ -37,6 +37,10 @@ export interface ActuatorState {
   readonly gateway?: string;
   /** The gateway's own safe-value write, while it is owed. */
   readonly safeWrite?: { readonly token: number; readonly attempts: number; readonly set: Readonly<Record<string, number>> } | null;
+  /** Points whose reading is not a finite number, and what it was (fencegate extension). */
+  readonly pointFaults?: Readonly<Record<string, string>>;
+  /** Why the actuator is offline or cannot be leased (fencegate extension). */
+  readonly problem?: string;
 }
 
 export type GatewayStatus = "online" | "offline";

@@ -6,6 +6,7 @@ export { ConfigError, formatPath, type ConfigProblem } from "./problems.ts";
 export {
   gatewayConfigSchema,
   ID_PATTERN,
+  isLoopbackHost,
   POINT_NAME_PATTERN,
   registerCount,
   representableRange,

@@ -20,6 +20,8 @@ export const POINT_NAME_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 export const RESERVED_ACTUATOR_IDS: readonly string[] = ["gateway"];
 
 const HOUR_MS = 3_600_000;
+const DEFAULT_BUS_TIMEOUT_MS = 1000;
+const DEFAULT_DEADLINE_MS = 5000;
 
 function intIn(min: number, max: number, unit = "") {
   const error = `Must be a whole number${unit} from ${min} to ${max}.`;
@@ -179,7 +181,7 @@ const rtuBus = z.strictObject({
   stopBits: z.union([z.literal(1), z.literal(2)]).default(1),
   dataBits: z.literal(8, { error: "Modbus RTU always uses 8 data bits." }).default(8),
   /** How long to wait for a reply before the transaction is a timeout. */
-  timeoutMs: ms(10, 60_000).default(1000),
+  timeoutMs: ms(10, 60_000).default(DEFAULT_BUS_TIMEOUT_MS),
   /** Extra silence between frames, for slow devices; default: the line's t3.5 only. */
   interFrameDelayMs: ms(0, 1000).optional(),
   /** Re-opening the port after it fails or disappears (a USB adapter unplugged). */
@@ -190,11 +192,19 @@ const tcpBus = z.strictObject({
   type: z.literal("tcp"),
   host: text("device or Modbus TCP gateway host name or address", 253),
   port: intIn(1, 65_535).default(502),
-  timeoutMs: ms(10, 60_000).default(1000),
+  timeoutMs: ms(10, 60_000).default(DEFAULT_BUS_TIMEOUT_MS),
   reconnect: backoff({ minMs: 500, maxMs: 30_000 }),
 });
 
 const bus = z.discriminatedUnion("type", [rtuBus, tcpBus]);
+
+/**
+ * How long a bus stays silent after a timeout before it sends again, so a late answer is
+ * not taken for the next one's: half the timeout, at least 20 ms.
+ */
+export function quietAfterTimeoutMs(timeoutMs: number): number {
+  return Math.max(20, timeoutMs / 2);
+}
 
 const buses = z
   .record(id("bus name"), bus)
@@ -279,7 +289,14 @@ const point = z.strictObject({
     if (finite(p.min) && finite(p.max) && p.min > p.max) {
       ctx.addIssue({ code: "custom", path: ["max"], message: `Must be at least min (${p.min}).` });
     }
-    if (type !== undefined && type !== "f32" && finite(p.scale) && p.scale > 0) {
+    if (type === "f32" && finite(p.scale) && p.scale !== 1) {
+      ctx.addIssue({ code: "custom", path: ["scale"], message: "An f32 register pair carries the engineering value itself and is never scaled; remove scale (or set 1)." });
+    }
+    const scaleFits = type === undefined || type === "f32" || !finite(p.scale) || p.scale <= 0 || representableRange(type, p.scale).every(Number.isFinite);
+    if (!scaleFits) {
+      ctx.addIssue({ code: "custom", path: ["scale"], message: `A ${String(p.type)} with scale ${p.scale} overflows: its raw range times the scale is not a finite number; use a smaller scale.` });
+    }
+    if (type !== undefined && type !== "f32" && finite(p.scale) && p.scale > 0 && scaleFits) {
       const [lo, hi] = representableRange(type, p.scale);
       for (const bound of ["min", "max"] as const) {
         const v = p[bound];
@@ -334,7 +351,16 @@ const actuator = z.strictObject({
    * HMAC-SHA256 of their fields with it (src/core/signature.ts), or get BAD_SIGNATURE.
    */
   authenticatedCommands: z.boolean().default(false),
+  /**
+   * Plain profile: how one-register points are written. fc16 (Write Multiple Registers,
+   * default) or fc06 (Write Single Register) for devices that lack FC16; two-register
+   * points always take FC16. The fenced profile's command block is always one FC16.
+   */
+  writeFunction: z.enum(["fc16", "fc06"]).default("fc16"),
 }).superRefine((a, ctx) => {
+  if (a.writeFunction === "fc06" && a.profile === "fenced") {
+    ctx.addIssue({ code: "custom", path: ["writeFunction"], message: "A fenced actuator's command block is always one FC16; writeFunction: fc06 is for plain devices only." });
+  }
   const points = isRecord(a.points) ? a.points : undefined;
   if (points !== undefined && Object.keys(points).length === 0) {
     ctx.addIssue({ code: "custom", path: ["points"], message: "An actuator needs at least one point." });
@@ -414,7 +440,7 @@ const leases = z.strictObject({
 
 const commands = z.strictObject({
   /** How long a command may wait before DEADLINE_EXCEEDED, when the request gives no deadlineMs. */
-  defaultDeadlineMs: ms(10, HOUR_MS).default(5000),
+  defaultDeadlineMs: ms(10, HOUR_MS).default(DEFAULT_DEADLINE_MS),
   /** The largest deadlineMs a request may ask for. */
   maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
   /**
@@ -450,12 +476,32 @@ const logging = z.strictObject({
   level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
 }).prefault({});
 
+/** 127.0.0.0/8, ::1 and localhost: reachable from this machine only. */
+export function isLoopbackHost(host: string): boolean {
+  return host === "localhost" || host === "::1" || host === "[::1]" || /^127(\.\d{1,3}){3}$/.test(host);
+}
+
 const metrics = z.strictObject({
   enabled: z.boolean().default(true),
-  /** Prometheus scrape endpoint; loopback by default. */
+  /** Prometheus scrape endpoint and /healthz; loopback by default. */
   host: text("address to listen on", 253).default("127.0.0.1"),
   port: intIn(1, 65_535).default(9464),
-}).prefault({});
+  /**
+   * The endpoint has no authentication and tells whoever reaches it the actuator ids, error
+   * rates and bus states: another address than loopback takes this explicit choice.
+   */
+  allowNonLoopback: z.boolean().default(false),
+})
+  .superRefine((m, ctx) => {
+    if (typeof m.host === "string" && !isLoopbackHost(m.host) && m.allowNonLoopback !== true && m.enabled !== false) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["host"],
+        message: `${m.host} would serve /metrics (actuator ids, error rates, bus states) without authentication beyond this machine; keep 127.0.0.1 and scrape through a tunnel or proxy, or set metrics.allowNonLoopback: true on a network you trust.`,
+      });
+    }
+  }, ALWAYS)
+  .prefault({});
 
 const shutdown = z.strictObject({
   /** On SIGTERM: how long to let queued and in-flight commands finish before exiting. */
@@ -493,9 +539,41 @@ export function tcpEndpoint(host: string, port: number): string {
   return `${host.toLowerCase().replace(/^\[(.*)\]$/, "$1").replace(/\.$/, "")}:${port}`;
 }
 
+/**
+ * A bus's timeout, and the silence after it, must fit within the deadlines of the commands
+ * it carries: otherwise one unanswered request makes every command queued behind it miss
+ * its deadline (timeoutMs 60000 with defaultDeadlineMs 10: the bus then waits 30 s).
+ */
+function checkTimeoutsFitDeadlines(root: Record<string, unknown>, ctx: Ctx): void {
+  if (!isRecord(root.buses)) return;
+  const commands = isRecord(root.commands) ? root.commands : {};
+  // The safe write has no deadline: it is retried until the device confirms it.
+  const deadlines = [["defaultDeadlineMs", commands.defaultDeadlineMs ?? DEFAULT_DEADLINE_MS]] as const;
+  for (const [name, b] of Object.entries(root.buses)) {
+    if (!isRecord(b)) continue;
+    const timeoutMs = b.timeoutMs ?? DEFAULT_BUS_TIMEOUT_MS;
+    if (!finite(timeoutMs)) continue;
+    const busyMs = timeoutMs + quietAfterTimeoutMs(timeoutMs);
+    for (const [deadline, ms] of deadlines) {
+      if (finite(ms) && busyMs > ms) {
+        const largest = ms >= 60 ? Math.floor((ms * 2) / 3) : ms - 20; // t + max(20, t/2) <= ms
+        const fix = largest >= 10 ? `lower timeoutMs to at most ${largest} or raise ${deadline}` : `raise ${deadline}`;
+        ctx.addIssue({
+          code: "custom",
+          path: ["buses", name, "timeoutMs"],
+          message: `timeoutMs ${timeoutMs} and the ${quietAfterTimeoutMs(timeoutMs)} ms of silence after a timeout exceed commands.${deadline} (${ms}): every command queued behind one unanswered request would miss its deadline; ${fix}.`,
+        });
+        break;
+      }
+    }
+  }
+}
+
 /** Actuators against buses and each other: ids unique, buses exist, units unique per bus and per TCP endpoint. */
 function checkReferences(root: unknown, ctx: Ctx): void {
-  if (!isRecord(root) || !Array.isArray(root.actuators)) return;
+  if (!isRecord(root)) return;
+  checkTimeoutsFitDeadlines(root, ctx);
+  if (!Array.isArray(root.actuators)) return;
   const buses = isRecord(root.buses) ? root.buses : undefined;
   const busNames = buses === undefined ? [] : Object.keys(buses);
   const ids = new Map<string, number>();

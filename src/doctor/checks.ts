@@ -2,8 +2,8 @@
  * `fencegate doctor`'s checks: the configuration and the machine it will run on. Each
  * check returns findings (ok, info, warn, fail) with one sentence of what is wrong and one
  * of how to fix it. Nothing here changes anything: the journal is checked on a copy, the
- * serial port is opened and closed, the fsync probe removes its file, the broker session
- * is clean and uses its own client id.
+ * serial port is opened and closed, the fenced devices are only read, the fsync probe
+ * removes its file, the broker session is clean and uses its own client id.
  */
 import { execFile } from "node:child_process";
 import dns from "node:dns/promises";
@@ -12,18 +12,21 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { MqttClient, type ISubscriptionGrant } from "mqtt";
+import { pino } from "pino";
 import { SerialPort } from "serialport";
 import { markPath } from "../adapters/journal/mark.ts";
 import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
+import { ModbusBus, busLink } from "../adapters/modbus/bus.ts";
+import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
 import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
 import { identityOf, probeGateways } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
-import type { GatewayConfig, MqttConfig, RtuBusConfig, TcpBusConfig } from "../config/schema.ts";
+import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig, type MqttConfig, type RtuBusConfig, type TcpBusConfig } from "../config/schema.ts";
 import { PACKAGE_ROOT } from "../package-root.ts";
-import { JournalError } from "../shell/ports.ts";
+import { DeviceMismatchError, JournalError } from "../shell/ports.ts";
 
 export type Status = "ok" | "info" | "warn" | "fail";
 
@@ -60,10 +63,12 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
     }
     return findings;
   }
+  findings.push(...checkMetrics(config));
   for (const [name, bus] of Object.entries(config.buses)) {
     findings.push(...(bus.type === "rtu" ? await checkSerial(name, bus) : [await checkModbusTcp(name, bus)]));
   }
   findings.push(...(await checkSharedTcpDevices(config)));
+  findings.push(...(await checkFencedDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
   findings.push(await checkGatewayId(config));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
@@ -376,6 +381,84 @@ export async function checkSharedTcpDevices(config: GatewayConfig): Promise<Find
     }
   });
   return findings;
+}
+
+// ---------------------------------------------------------------------------------------
+// Fenced devices
+
+/**
+ * Each fenced actuator's device, read only: its identity block must say the fenced profile
+ * with the configured setpoint registers (the daemon checks the same before it writes
+ * anything, and grants no lease until it does), and its own fence must be readable. A bus
+ * that cannot be opened now (a serial port the running daemon holds) is not probed: the
+ * daemon's state says the same (`fencegate read`).
+ */
+export async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
+  const findings: Finding[] = [];
+  for (const [name, busConfig] of Object.entries(config.buses)) {
+    const fenced = config.actuators.filter((a) => a.bus === name && a.profile === "fenced");
+    if (fenced.length === 0) continue;
+    const { timeoutMs } = busConfig;
+    const bus = new ModbusBus(
+      // One attempt to open (no reopening within the probe), every unit's answer within the bus timeout.
+      { name, link: busLink(busConfig), timeoutMs, reopenMinMs: 600_000, reopenMaxMs: 600_000, quietAfterTimeoutMs: quietAfterTimeoutMs(timeoutMs), offlineAfterFailures: 2, queueLimitPerUnit: 4 },
+      pino({ level: "silent" }),
+    );
+    for (const a of fenced) bus.addUnit(a.unit);
+    try {
+      const opened = await new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), 2 * timeoutMs);
+        bus.once("link", (up) => {
+          clearTimeout(timer);
+          resolve(up);
+        });
+        bus.start();
+      });
+      for (const a of fenced) {
+        const check = `device ${a.id}`;
+        if (!opened) {
+          findings.push({ check, status: "info", message: `Not probed: bus ${name} cannot be opened now (if the running daemon holds it, \`fencegate read ${a.id}\` says whether the device identifies right).` });
+          continue;
+        }
+        findings.push(await probeFenced(check, a.unit, name, new ModbusDevice({ bus, unit: a.unit, profile: "fenced", points: a.points })));
+      }
+    } finally {
+      await bus.close();
+    }
+  }
+  return findings;
+}
+
+async function probeFenced(check: string, unit: number, bus: string, device: ModbusDevice): Promise<Finding> {
+  try {
+    const fence = await device.readFence();
+    return { check, status: "ok", message: `Unit ${unit} on ${bus} identifies as a fenced profile device with the configured setpoint registers; its own fence is at token ${fence?.token ?? 0}.` };
+  } catch (err) {
+    if (err instanceof DeviceMismatchError) {
+      return { check, status: "fail", message: err.message, fix: "Check the unit id (another device may answer at it); a device without the fenced identity block needs profile: plain (the gateway alone then fences it)." };
+    }
+    return {
+      check,
+      status: "warn",
+      message: `Unit ${unit} on ${bus} gave no usable answer to a read of its identity block (${(err as Error).message}).`,
+      fix: "Check the device's power, wiring and unit id, and the bus settings (baud rate, parity); the daemon grants no lease on it until it answers.",
+    };
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics
+
+/** The metrics listener answers without authentication: say so when it is not on loopback. */
+export function checkMetrics(config: GatewayConfig): Finding[] {
+  const { enabled, host, port } = config.metrics;
+  if (!enabled || isLoopbackHost(host)) return [];
+  return [{
+    check: "metrics",
+    status: "warn",
+    message: `/metrics and /healthz listen on ${host}:${port} and answer anyone who reaches it, without authentication: actuator ids, error rates, bus states.`,
+    fix: "Keep metrics.host: 127.0.0.1 and scrape through an SSH tunnel or an authenticating reverse proxy, or firewall the port to the Prometheus server only.",
+  }];
 }
 
 // ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type
 import { verify } from "../core/signature.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter } from "./group-commit.ts";
-import type { Clock, DevicePort, Journal, Outbox, Scheduler, StateView } from "./ports.ts";
+import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type Journal, type Outbox, type Scheduler, type StateView } from "./ports.ts";
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
@@ -70,6 +70,9 @@ export interface GatewayDeps {
  */
 export const READ_BACK_SETTLE_MS = 100;
 
+/** Polls in a row whose answer was unusable (malformed, an exception) after which the actuator is reported offline. */
+const OFFLINE_AFTER_BAD_POLLS = 2;
+
 class ActuatorRuntime {
   /** The core's state: decisions are made on it, some of them not yet durable. */
   state: ActuatorState;
@@ -85,6 +88,12 @@ class ActuatorRuntime {
   private readBackAtMs = 0;
   private cancelReadBack: (() => void) | null = null;
   private lastPublished = "";
+  /** The bus's word on the unit: answering, or not and why. */
+  private link: { online: boolean; reason: string | null } = { online: false, reason: null };
+  /** Why the device is not the one configured (fenced identity), or null. */
+  private mismatch: string | null = null;
+  /** Polls in a row that got an unusable answer, and what the last one was. */
+  private badPolls = { count: 0, reason: "" };
   closed = false;
 
   constructor(
@@ -180,16 +189,49 @@ class ActuatorRuntime {
       this.gw.deps.log.info({ actuator: this.id, deviceToken: fence.token, highestGranted: this.state.highestGranted }, "device fence read");
       this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
     } catch (err) {
-      this.gw.deps.log.warn({ actuator: this.id, err: String(err) }, "could not read the device's fence; leases stay unavailable until it can be read");
+      if (err instanceof DeviceMismatchError) this.noteUnusable(err);
+      else this.gw.deps.log.warn({ actuator: this.id, err: String(err) }, "could not read the device's fence; leases stay unavailable until it can be read");
     }
   }
 
-  linkChanged(online: boolean): void {
-    this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
+  linkChanged(online: boolean, reason: string | null): void {
+    this.link = { online, reason };
+    this.updateOnline();
     if (online) {
       void this.readDeviceFence();
       void this.poll();
     }
+  }
+
+  /**
+   * Why the actuator is offline or cannot be leased, for the state: the device is not the
+   * one configured, its unit does not answer on the bus, or its polls get unusable answers.
+   */
+  get problem(): string | null {
+    if (this.mismatch !== null) return this.mismatch;
+    if (!this.link.online) return this.link.reason;
+    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS ? `The device's last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).` : null;
+  }
+
+  /** Online for the core: the unit answers, the device is the one configured, and its polls succeed. */
+  private updateOnline(): void {
+    const online = this.link.online && this.mismatch === null && this.badPolls.count < OFFLINE_AFTER_BAD_POLLS;
+    if (online !== this.state.online) this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
+    else this.publishState(); // the problem or the points may have changed
+  }
+
+  /** A poll or fence read got an answer that cannot be used: count it, or (a foreign device) stop at once. */
+  private noteUnusable(err: DeviceAnswerError | DeviceMismatchError): void {
+    const { log } = this.gw.deps;
+    if (err instanceof DeviceMismatchError) {
+      if (this.mismatch !== err.message) log.error({ actuator: this.id, problem: err.message }, "device mismatch: not the device configured");
+      this.mismatch = err.message;
+      this.fenceKnown = !this.binding.fenced; // whatever answers now, its fence is not the one read
+    } else {
+      this.badPolls = { count: this.badPolls.count + 1, reason: err.message };
+      if (this.badPolls.count === OFFLINE_AFTER_BAD_POLLS) log.warn({ actuator: this.id, problem: err.message }, "device answers polls unusably; reported offline");
+    }
+    this.updateOnline();
   }
 
   /** Reads the live points; concurrent callers share the read in progress. */
@@ -198,16 +240,32 @@ class ActuatorRuntime {
     this.polling ??= this.binding.device
       .read()
       .then((points) => {
+        this.notePointFaults(points);
         this.points = points;
-        this.publishState();
+        this.mismatch = null;
+        this.badPolls = { count: 0, reason: "" };
+        this.updateOnline();
         if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
         return true;
       })
-      .catch(() => false) // the link adapter reports the device offline; state says so
+      .catch((err: unknown) => {
+        // A device that does not answer at all is reported offline by the bus.
+        if (err instanceof DeviceAnswerError || err instanceof DeviceMismatchError) this.noteUnusable(err);
+        return false;
+      })
       .finally(() => {
         this.polling = null;
       });
     return this.polling;
+  }
+
+  /** Logs a point whose reading turned into something other than a finite number. */
+  private notePointFaults(points: PointValues): void {
+    for (const [point, value] of Object.entries(points)) {
+      if (!Number.isFinite(value) && Number.isFinite(this.points[point] ?? 0)) {
+        this.gw.deps.log.warn({ actuator: this.id, point, value: String(value) }, "point fault: the reading is not a finite number");
+      }
+    }
   }
 
   /**
@@ -247,12 +305,20 @@ class ActuatorRuntime {
     const snapshot = this.shown;
     const { expiryPolicy } = this.binding.config;
     const safe = snapshot.safeWrite;
+    const points: Record<string, number> = {};
+    const pointFaults: Record<string, string> = {};
+    for (const [name, value] of Object.entries(this.points)) {
+      if (Number.isFinite(value)) points[name] = value;
+      else pointFaults[name] = `reads ${value}, not a finite number`;
+    }
     return {
       actuator: this.id,
       online: snapshot.online,
       lease: viewLease(snapshot.lease, clock.monotonicMs()),
       fence: snapshot.fence,
-      points: this.points,
+      points,
+      pointFaults,
+      problem: snapshot.online ? null : this.problem,
       gateway: this.gw.deps.gatewayId,
       safeWrite: safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
       at: clock.wallNow(),
@@ -350,10 +416,12 @@ export class Gateway {
         return;
       case "lease/acquire": {
         if (!rt.fenceKnown) {
-          outbox.reply(ref, {
-            ok: false,
-            error: { code: "DEVICE_UNAVAILABLE", message: "The device's own fence has not been read yet; no lease is granted until it has." },
-          });
+          const { problem } = rt;
+          const message =
+            problem === null
+              ? "The device's own fence has not been read yet; no lease is granted until it has."
+              : `The device's own fence cannot be read, so no lease is granted: ${problem}${problem.endsWith(".") ? "" : "."}`;
+          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message } });
           return;
         }
         // The secret is drawn here, not in the core: the core stays free of randomness.
@@ -409,8 +477,9 @@ export class Gateway {
     return false;
   }
 
-  linkChanged(actuator: string, online: boolean): void {
-    this.runtimes.get(actuator)?.linkChanged(online);
+  /** The bus's report on an actuator's unit: answering or not, and why not. */
+  linkChanged(actuator: string, online: boolean, reason: string | null = null): void {
+    this.runtimes.get(actuator)?.linkChanged(online, reason);
   }
 
   /** Reads an actuator's device now, outside its poll schedule (e.g. its bus has just opened). */

@@ -48,6 +48,24 @@ export class JournalError extends Error {
   }
 }
 
+/**
+ * The device answered, but not with something usable: a malformed frame, or an exception
+ * to a read. The message says what, for the state and the log. Answers like this count
+ * against the device's health like missing ones.
+ */
+export class DeviceAnswerError extends Error {
+  override readonly name: string = "DeviceAnswerError";
+}
+
+/**
+ * The device on the link is not the one the configuration describes (a fenced actuator
+ * whose identity block is missing or another profile): nothing is written to it and no
+ * lease is granted until it identifies right. The message says what it reported.
+ */
+export class DeviceMismatchError extends Error {
+  override readonly name = "DeviceMismatchError";
+}
+
 export interface DeviceCommand {
   readonly holder: string;
   readonly token: number;
@@ -59,9 +77,14 @@ export interface DeviceCommand {
 export interface DevicePort {
   /** One transaction carrying the command. Resolves with the outcome; never rejects. */
   write(command: DeviceCommand): Promise<Outcome>;
-  /** Reads the live points. Rejects when the device cannot be reached. */
+  /**
+   * Reads the live points (a value may be NaN or infinite: an f32 register says so; the
+   * shell reports it as a point fault). Rejects when the device cannot be reached, with
+   * {@link DeviceAnswerError} when its answer is unusable, with {@link DeviceMismatchError}
+   * when it is not the device configured.
+   */
   read(): Promise<PointValues>;
-  /** The fence the device itself stores (fenced profile), or null for a plain device. */
+  /** The fence the device itself stores (fenced profile), or null for a plain device. Rejects like {@link read}. */
   readFence(): Promise<Fence | null>;
 }
 
@@ -84,11 +107,16 @@ export interface StateView {
   readonly online: boolean;
   readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
   readonly fence: Fence;
+  /** Finite values only: a point whose reading is not a number is in `pointFaults` instead. */
   readonly points: PointValues;
   /** The gateway serving it: its `B/gateway/<id>/status` says whether this state is current. */
   readonly gateway: string;
   /** The gateway's own safe-value write, while it is owed (expiry policy "safe"). */
   readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
+  /** Points whose last reading is not a finite number, with what it was (extension). */
+  readonly pointFaults: Readonly<Record<string, string>>;
+  /** Why the actuator is offline or cannot be leased, when the gateway knows (extension). */
+  readonly problem: string | null;
   /** Wall-clock time of the snapshot: informative only, no decision depends on it. */
   readonly at: Date;
 }

@@ -6,13 +6,15 @@
  * reference algorithm, and a power cycle keeps exactly what that EEPROM kept. The port
  * speaks to it in registers the way src/adapters/modbus/device.ts does (one FC16 command
  * block per fenced write, the device seq counted per token by this gateway process), and
- * maps what the line does to outcomes the same way: a timeout is OUTCOME_UNKNOWN, a 0x46
- * exception DEVICE_REJECTED, another exception DEVICE_ERROR, a closed link
+ * maps what the line does to outcomes the same way: a timeout is OUTCOME_UNKNOWN, an
+ * exception by the adapter's table (src/adapters/modbus/exceptions.ts: 0x46
+ * DEVICE_REJECTED, "not done" DEVICE_ERROR, the rest OUTCOME_UNKNOWN), a closed link
  * DEVICE_UNAVAILABLE. Like the bus, two timeouts in a row report the unit offline and the
  * next answer reports it online.
  */
 import { Device, MemoryEeprom, PowerLoss, type Refusal } from "../../firmware-bridge/src/device.ts";
-import { FENCED, FENCE_REFUSED_EXCEPTION, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../firmware-bridge/src/profile.ts";
+import { FENCED, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../firmware-bridge/src/profile.ts";
+import { exceptionOutcome } from "../adapters/modbus/exceptions.ts";
 import type { Fence, Outcome, PointValues } from "../core/types.ts";
 import type { DeviceCommand, DevicePort } from "../shell/ports.ts";
 import type { Prng } from "./prng.ts";
@@ -141,10 +143,7 @@ export class SimDevicePort implements DevicePort {
         return r;
       });
       if (result === undefined) return { kind: "applied", applied: { position: cmd.set.position ?? 0 } };
-      if (result.exception === FENCE_REFUSED_EXCEPTION && this.unit.profile === "fenced") {
-        return { kind: "failed", code: "DEVICE_REJECTED", message: "The device's own fence refused the write; a newer token reached it.", modbusCode: result.exception };
-      }
-      return { kind: "failed", code: "DEVICE_ERROR", message: `The device answered Modbus exception ${result.exception}.`, modbusCode: result.exception };
+      return { kind: "failed", ...exceptionOutcome(result.exception, this.unit.profile === "fenced"), modbusCode: result.exception };
     } catch (err) {
       if (err instanceof LinkDown) return { kind: "failed", code: "DEVICE_UNAVAILABLE", message: `The command was not sent: ${err.message}.` };
       return { kind: "failed", code: "OUTCOME_UNKNOWN", message: "The device did not confirm the write in time; it may or may not have acted, so re-read state." };

@@ -30,13 +30,13 @@ describe("defaults", () => {
     expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
     expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2 });
     expect(config.logging).toEqual({ level: "info" });
-    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464 });
+    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, allowNonLoopback: false });
     expect(config.shutdown).toEqual({ drainTimeoutMs: 5000 });
   });
 
-  it("an actuator defaults to a 1 s poll, hold on expiry and no authenticated commands", () => {
+  it("an actuator defaults to a 1 s poll, hold on expiry, no authenticated commands and FC16 writes", () => {
     const damper = parseConfig(minimalConfig()).actuators[1]!;
-    expect(damper).toMatchObject({ pollIntervalMs: 1000, expiry: { policy: "hold" }, authenticatedCommands: false });
+    expect(damper).toMatchObject({ pollIntervalMs: 1000, expiry: { policy: "hold" }, authenticatedCommands: false, writeFunction: "fc16" });
   });
 
   it("a point defaults to a read-only u16 holding register, scale 1, limits its type can hold", () => {

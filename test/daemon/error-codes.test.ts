@@ -400,11 +400,13 @@ describe("DEVICE_REJECTED", () => {
 });
 
 describe("DEVICE_ERROR", () => {
+  // 0x06 (busy): an exception that means "not done". 0x04 was used here until issue 18: a
+  // device failure while acting leaves the effect uncertain, so it is OUTCOME_UNKNOWN now.
   it("carries the device's Modbus exception code, and the device did not act", async () => {
     const { n, before } = await valve2Lease();
-    sim.answerException(4, -1, 2);
-    const error = refusal(await a.command("valve-2", n, 0, { position: 33 }), "DEVICE_ERROR", /exception 4/);
-    expect(error.modbusCode).toBe(4);
+    sim.answerException(6, -1, 2);
+    const error = refusal(await a.command("valve-2", n, 0, { position: 33 }), "DEVICE_ERROR", /exception 0x06/);
+    expect(error.modbusCode).toBe(6);
     sim.clearFaults(2);
     expectUntouched(before, await deviceAfterFlush("valve-2", 2));
   });

@@ -16,6 +16,7 @@ import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { runDoctor, satisfies, type Finding } from "../../src/doctor/checks.ts";
 import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { MisbehavingSlave, fencedIdentity } from "../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { freePort } from "../support/ports.ts";
 import { Teardown } from "../support/stack.ts";
@@ -257,6 +258,53 @@ describe("a Modbus TCP bus", () => {
     } finally {
       server.close();
     }
+  });
+});
+
+describe("fenced devices (issue 18 item 6)", () => {
+  it("a fenced actuator pointed at a generic Modbus TCP device: a failure that says what the device reported, after reads only", async () => {
+    const slave = await MisbehavingSlave.tcp();
+    try {
+      const findings = await runDoctor(writeConfig((c) => {
+        c.buses = { plc: { type: "tcp", host: "127.0.0.1", port: slave.address!.port } };
+        c.actuators = [valve("valve-1", "plc", 1)];
+      }));
+      expect(only(findings, "device valve-1")).toEqual([
+        expect.objectContaining({ status: "fail", message: expect.stringMatching(/register 0 reads 0x0000, not the fencegate magic 0x4647/), fix: expect.stringMatching(/profile: plain/) }),
+      ]);
+      expect(slave.requests.filter((r) => r.fc !== 3)).toEqual([]);
+    } finally {
+      await slave.close();
+    }
+  });
+
+  it("a fenced device on the RTU line that identifies right: ok, with its own fence", async () => {
+    const slave = await MisbehavingSlave.rtu(pty.device);
+    try {
+      slave.set(0, fencedIdentity(1));
+      slave.set(0x10, [0, 0, 0, 7]);
+      const findings = await runDoctor(writeConfig());
+      expect(only(findings, "device valve-1")).toEqual([expect.objectContaining({ status: "ok", message: expect.stringMatching(/fence is at token 7/) })]);
+    } finally {
+      await slave.close();
+    }
+  });
+
+  it("a fenced device that does not answer: a warning, not a failure", async () => {
+    const findings = await runDoctor(writeConfig());
+    expect(only(findings, "device valve-1")).toEqual([expect.objectContaining({ status: "warn", message: expect.stringMatching(/no usable answer/) })]);
+  });
+});
+
+describe("the metrics listener (issue 18 item 9)", () => {
+  it("beyond loopback, chosen explicitly: a warning that it answers anyone, without authentication", async () => {
+    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true })));
+    expect(only(findings, "metrics")).toEqual([expect.objectContaining({ status: "warn", message: expect.stringMatching(/0\.0\.0\.0:9464.*without authentication/) })]);
+  });
+
+  it("on loopback: nothing to say", async () => {
+    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "127.0.0.1", port: 9464 })));
+    expect(only(findings, "metrics")).toEqual([]);
   });
 });
 

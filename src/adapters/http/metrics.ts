@@ -12,6 +12,7 @@ export interface HealthSource {
   details(): Record<string, unknown>;
   queueDepths(): Iterable<[actuator: string, depth: number]>;
   linkStates(): Iterable<[actuator: string, online: boolean]>;
+  pointFaults(): Iterable<[actuator: string, faults: number]>;
 }
 
 export class GatewayMetrics {
@@ -24,7 +25,7 @@ export class GatewayMetrics {
   });
   private readonly transactionSeconds = new Histogram({
     name: "fencegate_modbus_transaction_seconds",
-    help: "Modbus transaction latency by bus and result (ok, exception, timeout, error).",
+    help: "Modbus transaction latency by bus and result (ok, exception, timeout, malformed, error).",
     labelNames: ["bus", "result"] as const,
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [this.registry],
@@ -55,6 +56,15 @@ export class GatewayMetrics {
       registers: [this.registry],
       collect() {
         for (const [actuator, online] of source.linkStates()) this.set({ actuator }, online ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: "fencegate_point_faults",
+      help: "Points of the actuator whose last reading is not a finite number (NaN, infinite): in the state's pointFaults, never published as a value.",
+      labelNames: ["actuator"] as const,
+      registers: [this.registry],
+      collect() {
+        for (const [actuator, faults] of source.pointFaults()) this.set({ actuator }, faults);
       },
     });
   }

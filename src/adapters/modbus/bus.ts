@@ -3,16 +3,28 @@
  * exclusive ownership, one transaction at a time, fair round-robin between the units on
  * it, a per-transaction timeout, and reopening with backoff when the link goes away.
  * It never throws the daemon out because a device or adapter disappeared.
+ *
+ * A unit's health: requests that got no usable answer (a timeout, or a malformed answer)
+ * count against it; after `offlineAfterFailures` in a row it is reported offline, with the
+ * reason, until it answers properly again. A Modbus exception is an answer: the unit is there.
  */
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
 import ModbusSerial from "modbus-serial";
+import type { BusConfig } from "../../config/schema.ts";
+import { DeviceAnswerError } from "../../shell/ports.ts";
 import { RtuPort, type RtuLineOptions } from "./rtu-port.ts";
+import { TcpPort } from "./tcp-port.ts";
 
 const ModbusRTU = ModbusSerial.default;
 export type ModbusClient = InstanceType<typeof ModbusRTU>;
 
 export type BusLink = { readonly kind: "rtu"; readonly line: RtuLineOptions } | { readonly kind: "tcp"; readonly host: string; readonly port: number };
+
+export function busLink(bus: BusConfig): BusLink {
+  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
+  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
+}
 
 export interface BusOptions {
   readonly name: string;
@@ -22,8 +34,8 @@ export interface BusOptions {
   readonly reopenMaxMs: number;
   /** After a timeout the line must be this quiet before the next request (late replies). */
   readonly quietAfterTimeoutMs: number;
-  /** Consecutive timeouts after which a unit is reported offline. */
-  readonly offlineAfterTimeouts: number;
+  /** Requests in a row without a usable answer (timeouts, malformed answers) after which a unit is reported offline. */
+  readonly offlineAfterFailures: number;
   /** Bound on transactions waiting per unit. */
   readonly queueLimitPerUnit: number;
 }
@@ -35,6 +47,12 @@ export class LinkDownError extends Error {
 /** Too many transactions already wait for this unit. */
 export class BusBusyError extends Error {
   override readonly name = "BusBusyError";
+}
+
+/** No answer came within the bus timeout; the message says what the line carried instead, if anything. */
+export class TransactionTimeoutError extends Error {
+  override readonly name = "TransactionTimeoutError";
+  readonly errno = "ETIMEDOUT";
 }
 
 export function isTimeout(err: unknown): boolean {
@@ -53,14 +71,16 @@ interface Job {
 }
 
 export declare interface ModbusBus {
-  on(event: "unit", listener: (unit: number, online: boolean) => void): this;
+  on(event: "unit", listener: (unit: number, online: boolean, reason: string | null) => void): this;
   on(event: "link", listener: (up: boolean) => void): this;
-  on(event: "transaction", listener: (unit: number, seconds: number, result: "ok" | "exception" | "timeout" | "error") => void): this;
+  on(event: "transaction", listener: (unit: number, seconds: number, result: "ok" | "exception" | "timeout" | "malformed" | "error") => void): this;
 }
 
 export class ModbusBus extends EventEmitter {
   private client: ModbusClient | null = null;
-  private rtuPort: RtuPort | null = null;
+  private port: RtuPort | TcpPort | null = null;
+  /** Ends the transaction in progress at once: its port saw a malformed answer. */
+  private failCurrent: ((err: unknown) => void) | null = null;
   private readonly queues = new Map<number, Job[]>();
   private readonly units: number[] = [];
   private rotation = 0;
@@ -69,8 +89,10 @@ export class ModbusBus extends EventEmitter {
   private closed = false;
   private reopenDelayMs: number;
   private reopenTimer: NodeJS.Timeout | null = null;
-  private readonly timeouts = new Map<number, number>();
+  private readonly failures = new Map<number, number>();
   private readonly online = new Map<number, boolean>();
+  /** Per unit: rises whenever the unit may have been replaced (the link reopened, the unit went silent). */
+  private readonly sessions = new Map<number, number>();
   private quietUntil = 0;
 
   constructor(
@@ -95,6 +117,15 @@ export class ModbusBus extends EventEmitter {
 
   isUnitOnline(unit: number): boolean {
     return this.online.get(unit) ?? false;
+  }
+
+  /**
+   * A number that changes whenever the device behind `unit` may have changed since: the
+   * link was reopened, or the unit stopped answering. What was learnt about the device
+   * (its identity, its setpoints) holds only within one session.
+   */
+  session(unit: number): number {
+    return this.sessions.get(unit) ?? 0;
   }
 
   start(): void {
@@ -140,31 +171,41 @@ export class ModbusBus extends EventEmitter {
     if (!job || !this.client) return;
     this.busy = true;
     const startedMs = performance.now();
-    const done = (result: "ok" | "exception" | "timeout" | "error") => {
+    const done = (result: "ok" | "exception" | "timeout" | "malformed" | "error") => {
       this.emit("transaction", job.unit, (performance.now() - startedMs) / 1000, result);
     };
-    job
-      .run(this.client)
+    const malformed = new Promise<never>((_, reject) => (this.failCurrent = reject));
+    Promise.race([job.run(this.client), malformed])
       .then(
         (value) => {
           done("ok");
-          this.noteAnswer(job.unit, true);
+          this.noteAnswer(job.unit);
           job.resolve(value);
         },
         (err: unknown) => {
           if (isTimeout(err)) {
             done("timeout");
-            this.noteTimeout(job.unit);
+            const ignored = this.port?.ignored;
+            const why = `no answer within ${this.options.timeoutMs} ms${ignored ? `; the ${this.options.link.kind === "rtu" ? "line" : "connection"} carried ${ignored} instead` : ""}`;
+            this.quietUntil = performance.now() + this.options.quietAfterTimeoutMs;
+            this.noteFailure(job.unit, why);
+            job.reject(new TransactionTimeoutError(`Timed out: ${why}`));
+            return;
+          }
+          if (err instanceof DeviceAnswerError) {
+            done("malformed");
+            this.noteFailure(job.unit, `a malformed answer: ${err.message}`);
+          } else if (modbusExceptionCode(err) !== undefined) {
+            done("exception"); // still an answer: the unit is there
+            this.noteAnswer(job.unit);
           } else {
-            // A Modbus exception is still an answer: the unit is there.
-            const exception = modbusExceptionCode(err) !== undefined;
-            done(exception ? "exception" : "error");
-            this.noteAnswer(job.unit, exception);
+            done("error");
           }
           job.reject(err);
         },
       )
       .finally(() => {
+        this.failCurrent = null;
         this.busy = false;
         this.pump();
       });
@@ -172,7 +213,7 @@ export class ModbusBus extends EventEmitter {
 
   /** After a timeout: wait until the line has been quiet long enough, then drop what came. */
   private afterQuiet(): void {
-    const port = this.rtuPort;
+    const port = this.port;
     if (port) {
       const quietFor = performance.now() - port.lastByteAtMs;
       if (quietFor < this.options.quietAfterTimeoutMs) {
@@ -185,29 +226,33 @@ export class ModbusBus extends EventEmitter {
     this.pump();
   }
 
-  private noteTimeout(unit: number): void {
-    this.quietUntil = performance.now() + this.options.quietAfterTimeoutMs;
-    const n = (this.timeouts.get(unit) ?? 0) + 1;
-    this.timeouts.set(unit, n);
-    if (n >= this.options.offlineAfterTimeouts) this.setUnit(unit, false);
+  private noteFailure(unit: number, why: string): void {
+    const n = (this.failures.get(unit) ?? 0) + 1;
+    this.failures.set(unit, n);
+    if (n >= this.options.offlineAfterFailures) this.setUnit(unit, false, `unit ${unit} gave no usable answer to ${n} requests in a row (the last: ${why})`);
   }
 
-  private noteAnswer(unit: number, answered: boolean): void {
-    if (!answered) return;
-    this.timeouts.set(unit, 0);
-    this.setUnit(unit, true);
+  private noteAnswer(unit: number): void {
+    this.failures.set(unit, 0);
+    this.setUnit(unit, true, null);
   }
 
-  private setUnit(unit: number, online: boolean): void {
+  private setUnit(unit: number, online: boolean, reason: string | null): void {
     if (this.online.get(unit) === online) return;
     this.online.set(unit, online);
-    this.log.info({ unit, online }, online ? "unit answering" : "unit not answering");
-    this.emit("unit", unit, online);
+    if (!online) this.sessions.set(unit, this.session(unit) + 1);
+    if (online) this.log.info({ unit }, "unit answering");
+    else this.log.warn({ unit, reason }, "unit not answering");
+    this.emit("unit", unit, online, reason);
   }
 
   private open(): void {
     if (this.closed) return;
-    const client = this.options.link.kind === "rtu" ? new ModbusRTU((this.rtuPort = new RtuPort(this.options.link.line)) as never) : new ModbusRTU();
+    const { link } = this.options;
+    const port = link.kind === "rtu" ? new RtuPort(link.line) : new TcpPort(link);
+    port.on("malformed", (err: unknown) => this.failCurrent?.(err));
+    this.port = port;
+    const client = new ModbusRTU(port as never);
     const onOpen = (err: unknown) => {
       if (this.closed) {
         client.close(() => {});
@@ -228,24 +273,21 @@ export class ModbusBus extends EventEmitter {
       this.emit("link", true);
       this.pump();
     };
-    if (this.options.link.kind === "rtu") {
-      client.open(onOpen);
-    } else {
-      client.connectTCP(this.options.link.host, { port: this.options.link.port }).then(() => onOpen(null), onOpen);
-    }
+    client.open(onOpen);
   }
 
   private lost(reason: string): void {
     if (!this.up) return;
     this.up = false;
     this.client = null;
-    this.rtuPort = null;
+    this.port = null;
     this.log.warn({ reason }, "bus lost; reopening with backoff");
     this.emit("link", false);
     for (const unit of this.units) {
       for (const job of this.queues.get(unit)!.splice(0)) job.reject(new LinkDownError(`bus ${this.options.name} went down`));
-      this.timeouts.set(unit, 0);
-      this.setUnit(unit, false);
+      this.failures.set(unit, 0);
+      this.sessions.set(unit, this.session(unit) + 1);
+      this.setUnit(unit, false, `bus ${this.options.name} is down (${reason}); reopening`);
     }
     this.scheduleReopen();
   }

@@ -26,17 +26,28 @@ export function encodePoint(point: PointConfig, value: number): number[] {
   }
 }
 
-/** The engineering value held in `regs` starting at `at`. */
+/**
+ * The engineering value held in `regs` starting at `at`. Throws when a register is
+ * missing: an answer shorter than asked for never decodes (as 0 or anything else). An f32
+ * register pair may hold NaN or an infinity; it is returned as it is, for the caller to
+ * report as a fault.
+ */
 export function decodePoint(point: PointConfig, regs: readonly number[], at = 0): number {
-  const first = regs[at] ?? 0;
+  const first = register(regs, at);
   if (point.type === "u16") return tidy(first * point.scale);
   if (point.type === "i16") return tidy(((first << 16) >> 16) * point.scale);
-  const [hi, lo] = words32(first, regs[at + 1] ?? 0, point.wordOrder);
+  const [hi, lo] = words32(first, register(regs, at + 1), point.wordOrder);
   view.setUint16(0, hi);
   view.setUint16(2, lo);
   if (point.type === "f32") return view.getFloat32(0);
   const raw = point.type === "u32" ? view.getUint32(0) : view.getInt32(0);
   return tidy(raw * point.scale);
+}
+
+function register(regs: readonly number[], at: number): number {
+  const r = regs[at];
+  if (r === undefined) throw new RangeError(`register ${at} is missing from an answer of ${regs.length}`);
+  return r;
 }
 
 /** Removes binary float noise from scaling, so 4250 × 0.01 reads 42.5. */

@@ -8,9 +8,9 @@
  * nothing received before our request can answer it), a frame is only passed up when its
  * CRC is valid, and the bus can ask how long the line has been quiet before it sends again.
  */
-import { EventEmitter } from "node:events";
 import { SerialPort } from "serialport";
 import { hasValidCrc } from "../../../firmware-bridge/src/rtu.ts";
+import { AnswerPort, expectationFor, misfit, type Expectation } from "./framing.ts";
 
 export interface RtuLineOptions {
   readonly path: string;
@@ -21,55 +21,6 @@ export interface RtuLineOptions {
 }
 
 const EXCEPTION_LENGTH = 5;
-const MAX_BUFFER_BYTES = 512;
-
-/** The length of a normal response to `request`, or null when it cannot be known up front. */
-export function expectedResponseLength(request: Uint8Array): number | null {
-  const fc = request[1];
-  const quantity = request.length >= 6 ? (request[4]! << 8) | request[5]! : 0;
-  switch (fc) {
-    case 1:
-    case 2:
-      return 5 + Math.ceil(quantity / 8);
-    case 3:
-    case 4:
-      return 5 + 2 * quantity;
-    case 5:
-    case 6:
-    case 15:
-    case 16:
-      return 8;
-    default:
-      return null;
-  }
-}
-
-/** What the answer to one request must look like. */
-export interface Expectation {
-  readonly unit: number;
-  readonly fc: number;
-  /** Length of the normal response (null: unknown function code, only an exception is taken). */
-  readonly length: number | null;
-  /**
-   * Bytes 2.. of the normal response that are fixed by the request: the byte count of a
-   * read (FC01..04), the echoed address and value/quantity of a write (FC05/06/15/16).
-   * Two writes of one unit and function differ only there, so a late answer to the other
-   * one (same length, valid CRC) is not taken for this one's.
-   */
-  readonly fixed: Buffer;
-}
-
-/** The expectation for `request` (an RTU frame: unit, fc, data, CRC); null for a broadcast. */
-export function expectationFor(request: Uint8Array): Expectation | null {
-  const unit = request[0]!;
-  if (unit === 0) return null; // a broadcast gets no answer
-  const fc = request[1]!;
-  const length = expectedResponseLength(request);
-  let fixed = Buffer.alloc(0);
-  if (length !== null && (fc === 1 || fc === 2 || fc === 3 || fc === 4)) fixed = Buffer.from([length - 5]);
-  else if (length !== null && request.length >= 6) fixed = Buffer.from(request.subarray(2, 6));
-  return { unit, fc, length, fixed };
-}
 
 /**
  * The answer to `expect` in `rx`, the bytes received since the request was written: the
@@ -93,15 +44,26 @@ export function takeResponse(rx: Uint8Array, expect: Expectation): Buffer | null
   return null;
 }
 
-export class RtuPort extends EventEmitter {
+/**
+ * A CRC-valid frame in `rx` from the expected unit with the expected function (or its
+ * exception) that is not the answer (a short or long byte count, an echo of another
+ * address): what it was, for the timeout's report, or null. Not taken, because over RTU it
+ * may be a late answer to an earlier request.
+ */
+export function findMisfit(rx: Uint8Array, expect: Expectation): string | null {
+  for (let i = 0; i + EXCEPTION_LENGTH <= rx.length; i++) {
+    if (rx[i] !== expect.unit || (rx[i + 1] !== expect.fc && rx[i + 1] !== (expect.fc | 0x80))) continue;
+    const read = expect.fc >= 1 && expect.fc <= 4 && rx[i + 1] === expect.fc;
+    const size = rx[i + 1] !== expect.fc ? EXCEPTION_LENGTH : read ? 5 + rx[i + 2]! : 8;
+    if (i + size > rx.length || !hasValidCrc(rx.subarray(i, i + size))) continue;
+    const why = misfit(expect, expect.unit, rx.subarray(i + 1, i + size - 2));
+    if (why !== null) return why;
+  }
+  return null;
+}
+
+export class RtuPort extends AnswerPort<Expectation> {
   private port: SerialPort | null = null;
-  private rx = Buffer.alloc(0);
-  private expect: Expectation | null = null;
-  /** performance.now() of the last byte seen on the line. */
-  lastByteAtMs = 0;
-  // modbus-serial keeps its transaction counters on the port object.
-  _transactionIdRead = 1;
-  _transactionIdWrite = 1;
 
   constructor(private readonly options: RtuLineOptions) {
     super();
@@ -146,27 +108,13 @@ export class RtuPort extends EventEmitter {
   }
 
   write(data: Buffer): void {
-    this.rx = Buffer.alloc(0);
-    this.expect = expectationFor(data);
+    this.awaitAnswer(expectationFor(data));
     this.port?.write(data);
   }
 
-  /** Drops everything received so far (after a timeout: whatever trickles in is stale). */
-  discardInput(): void {
-    this.rx = Buffer.alloc(0);
-    this.expect = null;
-  }
-
-  /** @internal The serial port's data handler (public so tests can feed it bytes). */
-  onData(chunk: Buffer): void {
-    this.lastByteAtMs = performance.now();
-    if (this.expect === null) return; // unsolicited or late: never an answer
-    this.rx = Buffer.concat([this.rx, chunk]);
-    if (this.rx.length > MAX_BUFFER_BYTES) this.rx = this.rx.subarray(this.rx.length - MAX_BUFFER_BYTES);
-    const frame = takeResponse(this.rx, this.expect);
-    if (frame === null) return;
-    this.expect = null;
-    this.rx = Buffer.alloc(0);
-    this.emit("data", frame);
+  protected scan(expect: Expectation): void {
+    const frame = takeResponse(this.rx, expect);
+    if (frame !== null) this.finish(frame);
+    else this.ignored = findMisfit(this.rx, expect) ?? this.ignored;
   }
 }

@@ -17,12 +17,16 @@ export interface StateJson {
   readonly gateway: string;
   /** The gateway's own safe-value write while it is owed, else null. */
   readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
+  /** Extension: points whose reading is not a finite number (never published as a value). */
+  readonly pointFaults?: Readonly<Record<string, string>>;
+  /** Extension: why the actuator is offline or cannot be leased. */
+  readonly problem?: string;
 }
 
 /** Points in name order, so equal states publish byte-identical retained payloads. */
-function sortedPoints(points: PointValues): Record<string, number> {
-  const out: Record<string, number> = {};
-  for (const k of Object.keys(points).sort()) out[k] = points[k] as number;
+function sortedPoints<T>(points: Readonly<Record<string, T>>): Record<string, T> {
+  const out: Record<string, T> = {};
+  for (const k of Object.keys(points).sort()) out[k] = points[k] as T;
   return out;
 }
 
@@ -36,6 +40,9 @@ export function stateJson(s: StateView): StateJson {
     at: s.at.toISOString(),
     gateway: s.gateway,
     safeWrite: s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
+    // The extensions appear only when they have something to say.
+    ...(Object.keys(s.pointFaults).length > 0 ? { pointFaults: sortedPoints(s.pointFaults) } : {}),
+    ...(s.problem !== null ? { problem: s.problem } : {}),
   };
 }
 
