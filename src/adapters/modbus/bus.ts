@@ -94,6 +94,8 @@ export class ModbusBus extends EventEmitter {
   /** Per unit: rises whenever the unit may have been replaced (the link reopened, the unit went silent). */
   private readonly sessions = new Map<number, number>();
   private quietUntil = 0;
+  /** An open in progress, until its callback has run (and, once closed, its port is closed). */
+  private opening: Promise<void> | null = null;
 
   constructor(
     readonly options: BusOptions,
@@ -253,11 +255,16 @@ export class ModbusBus extends EventEmitter {
     port.on("malformed", (err: unknown) => this.failCurrent?.(err));
     this.port = port;
     const client = new ModbusRTU(port as never);
+    let settled: () => void = () => {};
+    this.opening = new Promise<void>((resolve) => (settled = resolve));
     const onOpen = (err: unknown) => {
       if (this.closed) {
-        client.close(() => {});
+        // close() waits for this: the port (and its lock) must be free once close() returns.
+        client.close(() => settled());
         return;
       }
+      this.opening = null;
+      settled();
       if (err) {
         this.log.warn({ err: String(err), retryInMs: this.reopenDelayMs }, "cannot open the bus; retrying");
         this.scheduleReopen();
@@ -310,5 +317,6 @@ export class ModbusBus extends EventEmitter {
     this.client = null;
     for (const queue of this.queues.values()) for (const job of queue.splice(0)) job.reject(new LinkDownError("bus closed"));
     if (client) await new Promise<void>((resolve) => client.close(() => resolve()));
+    await this.opening;
   }
 }
