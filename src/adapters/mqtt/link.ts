@@ -8,12 +8,14 @@
  *   costs ~88 ms instead of ~0.2 ms (field notes).
  * - Last will `offline` on the gateway status topic; `online` once connected.
  * - Reconnects with exponential backoff; every actuator's state is re-published on connect.
+ * - A reply the broker has not acknowledged when the connection drops is dropped, not
+ *   re-sent (see dropUnacknowledgedReplies).
  */
 import { readFileSync } from "node:fs";
 import net from "node:net";
 import type { Writable } from "node:stream";
 import tls from "node:tls";
-import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket } from "mqtt";
+import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket, type PacketCallback } from "mqtt";
 import type { Logger } from "pino";
 import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
@@ -79,6 +81,8 @@ export class MqttLink implements Outbox {
   private readonly base: string;
   private readonly v5: boolean;
   private corked: Writable | null = null;
+  /** The acknowledgement callbacks of reply publishes the broker has not acknowledged yet. */
+  private readonly unacknowledgedReplies = new Set<unknown>();
 
   constructor(private readonly options: MqttLinkOptions) {
     this.base = options.mqtt.baseTopic;
@@ -122,6 +126,7 @@ export class MqttLink implements Outbox {
     client.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet));
     client.on("error", (err) => log.warn({ err: err.message }, "MQTT error"));
     client.on("close", () => {
+      this.dropUnacknowledgedReplies(client);
       client.options.reconnectPeriod = this.reconnectMs;
       this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
     });
@@ -197,20 +202,43 @@ export class MqttLink implements Outbox {
 
   private publishReply(route: ReplyRoute, payload: string): void {
     const opts: IClientPublishOptions = { qos: 1, retain: false };
+    const acknowledged: PacketCallback = () => this.unacknowledgedReplies.delete(acknowledged);
+    this.unacknowledgedReplies.add(acknowledged);
     if (route.kind === "responseTopic") {
       if (route.correlationData) opts.properties = { correlationData: route.correlationData };
-      this.publish(route.responseTopic, payload, opts);
-    } else {
-      this.publish(route.holderTopic, payload, opts);
+      if (!this.publish(route.responseTopic, payload, opts, acknowledged)) acknowledged();
+    } else if (!this.publish(route.holderTopic, payload, opts, acknowledged)) {
+      acknowledged();
     }
   }
 
-  /** Publishes only while connected: a reply owed to a dead connection is not queued up. */
-  private publish(topic: string, payload: string, opts: IClientPublishOptions): void {
+  /**
+   * mqtt.js keeps every unacknowledged QoS 1 publish and re-sends it first thing on the next
+   * connection, clean session or not. A reply whose publish made the broker cut the
+   * connection (a topic it refuses) would then cut every later connection too, before the
+   * gateway could even subscribe. Replies are the one thing an outsider shapes, and a lost
+   * reply is already a normal case the contract handles (a retried acquire returns the live
+   * lease, a retried command is DUPLICATE with its original outcome): drop them. States and
+   * events keep mqtt.js's re-send; the gateway composes them alone.
+   */
+  private dropUnacknowledgedReplies(client: MqttClient): void {
+    let dropped = 0;
+    for (const [messageId, pending] of Object.entries(client.outgoing)) {
+      if (!this.unacknowledgedReplies.has(pending.cb)) continue;
+      client.removeOutgoingMessage(Number(messageId)); // calls the callback: it leaves the set
+      dropped++;
+    }
+    this.unacknowledgedReplies.clear();
+    if (dropped > 0) this.options.log.warn({ dropped }, "the MQTT connection dropped with replies unacknowledged; they are not re-sent (requesters retry)");
+  }
+
+  /** Publishes only while connected (a reply owed to a dead connection is not queued up); false if not. */
+  private publish(topic: string, payload: string, opts: IClientPublishOptions, acknowledged?: PacketCallback): boolean {
     const client = this.client;
-    if (!client?.connected) return;
+    if (!client?.connected) return false;
     this.coalesceWrites(client);
-    client.publish(topic, payload, opts);
+    client.publish(topic, payload, opts, acknowledged);
+    return true;
   }
 
   /**
