@@ -129,7 +129,9 @@ function formatState(s: ActuatorState): string {
   const points = Object.entries(s.points)
     .map(([k, v]) => `${k}=${v}`)
     .join(" ");
-  return [`${s.actuator}: ${s.online ? "online" : "OFFLINE"}`, `  lease  ${lease}`, `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`, `  points ${points || "-"}`].join("\n");
+  // Offline, the points are the last the device gave: say how old they are.
+  const age = s.online || s.pointsAgeMs === undefined ? "" : s.pointsAgeMs === null ? " (never read)" : ` (read ${(s.pointsAgeMs / 1000).toFixed(1)} s ago)`;
+  return [`${s.actuator}: ${s.online ? "online" : "OFFLINE"}`, `  lease  ${lease}`, `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`, `  points ${points || "-"}${age}`].join("\n");
 }
 
 /** `lease renew` and `lease release`: the same request on a token, answered differently. */

@@ -33,6 +33,8 @@ export interface ActuatorState {
   readonly fence: FenceView;
   readonly points: Readonly<Record<string, number>>;
   readonly at: string;
+  /** How long before `at` the device last answered a read; null: not since the gateway started. */
+  readonly pointsAgeMs?: number | null;
 }
 
 export interface ActuatorEvent {

@@ -68,6 +68,8 @@ export const READ_BACK_SETTLE_MS = 100;
 class ActuatorRuntime {
   state: ActuatorState;
   points: PointValues = {};
+  /** Monotonic time the device last answered a read of its points; null: not yet. */
+  private pointsReadAtMs: number | null = null;
   fenceKnown: boolean;
   private chain: Promise<void> = Promise.resolve();
   private cancelWake: (() => void) | null = null;
@@ -187,6 +189,7 @@ class ActuatorRuntime {
       .read()
       .then((points) => {
         this.points = points;
+        this.pointsReadAtMs = this.gw.deps.clock.monotonicMs();
         this.publishState(this.state);
         if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
         return true;
@@ -231,20 +234,33 @@ class ActuatorRuntime {
 
   view(snapshot: ActuatorState): StateView {
     const { clock } = this.gw.deps;
+    const nowMs = clock.monotonicMs();
     return {
       actuator: this.id,
       online: snapshot.online,
-      lease: viewLease(snapshot.lease, clock.monotonicMs()),
+      lease: viewLease(snapshot.lease, nowMs),
       fence: snapshot.fence,
       points: this.points,
+      pointsAgeMs: this.pointsReadAtMs === null ? null : nowMs - this.pointsReadAtMs,
       at: clock.wallNow(),
     };
   }
 
+  /**
+   * The answer to a `read`: a fresh poll of the device. When the device did not answer it,
+   * the state says offline whatever the link's view (that waits for a second timeout), and
+   * `pointsAgeMs` says how old the points are: never a stale read passed off as fresh.
+   */
+  async readNow(): Promise<StateView> {
+    const answered = await this.poll();
+    const view = this.view(this.state);
+    return answered ? view : { ...view, online: false };
+  }
+
   publishState(snapshot: ActuatorState): void {
     const view = this.view(snapshot);
-    // Lease countdowns change every millisecond; publish on a change of substance only.
-    const key = JSON.stringify({ ...view, at: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
+    // Lease countdowns and the points' age change every millisecond; publish on a change of substance only.
+    const key = JSON.stringify({ ...view, at: undefined, pointsAgeMs: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
     if (key === this.lastPublished) return;
     this.lastPublished = key;
     this.gw.deps.outbox.state(view);
@@ -323,7 +339,7 @@ export class Gateway {
     }
     switch (request.verb) {
       case "read":
-        void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view(rt.state) }));
+        void rt.readNow().then((state) => outbox.reply(ref, { ok: true, state }));
         return;
       case "lease/acquire": {
         if (!rt.fenceKnown) {

@@ -85,6 +85,8 @@ export interface StateView {
   readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
   readonly fence: Fence;
   readonly points: PointValues;
+  /** How long ago the device last answered a read of its points; null: not since the gateway started. */
+  readonly pointsAgeMs: number | null;
   /** Wall-clock time of the snapshot: informative only, no decision depends on it. */
   readonly at: Date;
 }

@@ -17,6 +17,7 @@ const STATE: StateView = {
   lease: { holder: "ctl-a", token: 7, expiresInMs: 4200 },
   fence: { token: 7, seq: 3 },
   points: { valve: 42.5, mode: 1 },
+  pointsAgeMs: 120,
   at: AT,
 };
 
@@ -92,18 +93,21 @@ describe("replies", () => {
 describe("state", () => {
   it("has the contract's shape and key order, points sorted", () => {
     expect(statePayload(STATE)).toBe(
-      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z"}',
+      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","pointsAgeMs":120}',
     );
   });
 
+  // The state gained pointsAgeMs (issue 12, finding 10): the shape tests above and below
+  // carry it; null before the device has answered a read.
   it("lease null and fence.seq null while the new lease has not commanded", () => {
-    expect(JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {} }))).toEqual({
+    expect(JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {}, pointsAgeMs: null }))).toEqual({
       actuator: "valve-1",
       online: false,
       lease: null,
       fence: { token: 8, seq: null },
       points: {},
       at: "2026-11-29T10:00:00.123Z",
+      pointsAgeMs: null,
     });
   });
 

@@ -13,6 +13,8 @@ export interface StateJson {
   readonly fence: { readonly token: number; readonly seq: number | null };
   readonly points: PointValues;
   readonly at: string;
+  /** An extension: how long before `at` the device last answered a read; null: not since the gateway started. */
+  readonly pointsAgeMs: number | null;
 }
 
 /** Points in name order, so equal states publish byte-identical retained payloads. */
@@ -30,6 +32,7 @@ export function stateJson(s: StateView): StateJson {
     fence: { token: s.fence.token, seq: s.fence.seq },
     points: sortedPoints(s.points),
     at: s.at.toISOString(),
+    pointsAgeMs: s.pointsAgeMs,
   };
 }
 
