@@ -38,9 +38,27 @@ export interface MqttLinkOptions {
   readonly gatewayId: string;
   readonly limits: RequestLimits;
   readonly log: Logger;
-  /** Replies owed at once; beyond this a request is refused OVERLOADED at the door. */
-  readonly maxPendingReplies: number;
+  /** Reads of one actuator awaiting their reply; beyond this a read of it is refused OVERLOADED at the door. */
+  readonly maxPendingReadsPerActuator: number;
+  /** Lease requests and commands of one actuator awaiting their reply; beyond this one is refused OVERLOADED at the door. */
+  readonly maxPendingRequestsPerActuator: number;
 }
+
+/**
+ * Reads of one actuator awaiting their reply. Concurrent reads share one poll of the device,
+ * so more of them cost no bus time, only memory: each holds its reply route (id, response
+ * topic and correlation data, up to about 2 KiB).
+ */
+export const MAX_PENDING_READS_PER_ACTUATOR = 64;
+/**
+ * Lease requests of one actuator awaiting their reply, on top of the commands its queue
+ * holds (queueLimit waiting and one at the device, which the core itself answers
+ * OVERLOADED beyond): room for a burst of acquires and renewals while a grant commits.
+ */
+export const LEASE_REQUEST_ROOM_PER_ACTUATOR = 32;
+
+/** Which per-actuator budget a request counts against: reads apart, so no flood of them takes the room of leases and commands. */
+type PendingKind = "reads" | "requests";
 
 export interface MqttLinkCounters {
   requests: number;
@@ -75,7 +93,9 @@ export function streamBuilder(mqtt: MqttConfig): () => net.Socket {
 export class MqttLink implements Outbox {
   private client: MqttClient | null = null;
   private sink: RequestSink | null = null;
-  private readonly routes = new Map<number, { id: string; route: ReplyRoute }>();
+  private readonly routes = new Map<number, { id: string; route: ReplyRoute; actuator: string; kind: PendingKind }>();
+  /** Replies owed per actuator and kind (entries vanish at zero). */
+  private readonly pending = new Map<string, Record<PendingKind, number>>();
   private reconnectMs: number;
   readonly counters: MqttLinkCounters = { requests: 0, unanswerable: new Map(), refusedAtEdge: new Map() };
   private readonly base: string;
@@ -191,12 +211,19 @@ export class MqttLink implements Outbox {
       return;
     }
     const { request, route } = parsed;
-    if (this.routes.size >= this.options.maxPendingReplies) {
-      this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message: "The gateway has too many requests in progress; retry shortly." } }));
+    const kind: PendingKind = request.verb === "read" ? "reads" : "requests";
+    const pending = this.pending.get(request.actuator) ?? { reads: 0, requests: 0 };
+    if (pending[kind] >= (kind === "reads" ? this.options.maxPendingReadsPerActuator : this.options.maxPendingRequestsPerActuator)) {
+      const what = kind === "reads" ? "reads" : "lease requests and commands";
+      const message = `${request.actuator} has ${pending[kind]} ${what} in progress, the most it takes at once; retry shortly.`;
+      this.count(this.counters.refusedAtEdge, "OVERLOADED");
+      this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message } }));
       return;
     }
+    pending[kind]++;
+    this.pending.set(request.actuator, pending);
     const ref = sink.allocateRef();
-    this.routes.set(ref, { id: request.id, route });
+    this.routes.set(ref, { id: request.id, route, actuator: request.actuator, kind });
     sink.submit(request.actuator, ref, request);
   }
 
@@ -259,11 +286,16 @@ export class MqttLink implements Outbox {
   }
 
   reply(ref: number, reply: OutboundReply): void {
-    const pending = this.routes.get(ref);
-    if (!pending) return;
+    const owed = this.routes.get(ref);
+    if (!owed) return;
     this.routes.delete(ref);
-    const payload = "state" in reply ? readReplyPayload(pending.id, reply.state) : replyPayload(pending.id, reply);
-    this.publishReply(pending.route, payload);
+    const pending = this.pending.get(owed.actuator);
+    if (pending) {
+      pending[owed.kind]--;
+      if (pending.reads === 0 && pending.requests === 0) this.pending.delete(owed.actuator);
+    }
+    const payload = "state" in reply ? readReplyPayload(owed.id, reply.state) : replyPayload(owed.id, reply);
+    this.publishReply(owed.route, payload);
   }
 
   event(actuator: string, event: CoreEvent & { readonly at: Date }): void {
