@@ -19,8 +19,8 @@ import type { Clock, DevicePort, Journal, Outbox, Scheduler, StateView } from ".
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
-  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null }
-  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null }
+  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
+  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
   | {
       readonly verb: "command";
       readonly holder: string;
@@ -59,6 +59,12 @@ export interface GatewayDeps {
   readonly step?: typeof step;
 }
 
+function badMacMessage(mac: string | null | undefined): string {
+  return mac
+    ? "The mac does not match this request under the lease's secret; nothing was changed."
+    : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
+}
+
 /**
  * After applied writes, the device is read back once commands to it have paused this long
  * (or after the poll interval, if shorter), not after every command: see {@link ActuatorRuntime.readBackSoon}.
@@ -71,6 +77,11 @@ class ActuatorRuntime {
   /** Monotonic time the device last answered a read of its points; null: not yet. */
   private pointsReadAtMs: number | null = null;
   fenceKnown: boolean;
+  /**
+   * Authenticated actuators: the highest counter of a signed renew or release accepted under
+   * `token` (in memory: every lease ends at restart). A request at or below it is a replay.
+   */
+  signedCounter: { readonly token: number; readonly counter: number } | null = null;
   private chain: Promise<void> = Promise.resolve();
   private cancelWake: (() => void) | null = null;
   private cancelPoll: (() => void) | null = null;
@@ -382,24 +393,37 @@ export class Gateway {
 
   /**
    * Authenticated actuators: a request under the live lease's token must carry the MAC of
-   * its fields keyed with that lease's secret, checked before anything reaches the core.
-   * Requests under any other token cannot be verified (that secret is gone) and go on to
-   * the core, which refuses them without effect.
+   * its fields keyed with that lease's secret, checked before anything reaches the core; a
+   * renew or release also a counter above the last one the lease accepted, or it is a
+   * replay (a command's replay is already refused by its (token, seq)). Requests under any
+   * other token cannot be verified (that secret is gone) and go on to the core, which
+   * refuses them without effect.
    */
   private signatureOk(rt: ActuatorRuntime, ref: number, request: Exclude<GatewayRequest, { verb: "read" | "lease/acquire" }>): boolean {
     const lease = rt.state.lease;
     if (!rt.binding.authenticated || lease?.secret === undefined || lease.token !== request.token || !isLive(lease, this.deps.clock.monotonicMs())) return true;
-    const fields =
-      request.verb === "command"
-        ? { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs }
-        : { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token };
-    if (verify(lease.secret, fields, request.mac)) return true;
-    const message = request.mac
-      ? "The mac does not match this request under the lease's secret; nothing was changed."
-      : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
-    this.deps.outbox.reply(ref, { ok: false, error: { code: "BAD_SIGNATURE", message } });
-    this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code: "BAD_SIGNATURE" });
-    return false;
+    const refuse = (code: "BAD_SIGNATURE" | "REPLAYED_REQUEST", message: string) => {
+      this.deps.outbox.reply(ref, { ok: false, error: { code, message } });
+      this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code });
+      return false;
+    };
+    if (request.verb === "command") {
+      const deadlineMs = request.deadlineMs ?? rt.binding.defaultDeadlineMs;
+      const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs };
+      return verify(lease.secret, fields, request.mac) || refuse("BAD_SIGNATURE", badMacMessage(request.mac));
+    }
+    const counter = request.counter ?? null;
+    if (counter === null) {
+      return refuse("BAD_SIGNATURE", `A signed ${request.verb} must carry counter, above the counter of the lease's previous signed renew or release; nothing was changed.`);
+    }
+    const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, counter };
+    if (!verify(lease.secret, fields, request.mac)) return refuse("BAD_SIGNATURE", badMacMessage(request.mac));
+    const last = rt.signedCounter?.token === request.token ? rt.signedCounter.counter : 0;
+    if (counter <= last) {
+      return refuse("REPLAYED_REQUEST", `This ${request.verb} carries counter ${counter}, not above ${last}, the lease's last: a replayed request changes nothing. Sign each renew and release with a higher counter.`);
+    }
+    rt.signedCounter = { token: request.token, counter };
+    return true;
   }
 
   linkChanged(actuator: string, online: boolean): void {

@@ -56,12 +56,15 @@ export interface RenewReq extends Base {
   readonly token: number;
   /** Authenticated actuators only; null when absent. */
   readonly mac: string | null;
+  /** Authenticated actuators only (rises with each signed renew or release of the lease); null when absent. */
+  readonly counter: number | null;
 }
 export interface ReleaseReq extends Base {
   readonly verb: "lease/release";
   readonly holder: string;
   readonly token: number;
   readonly mac: string | null;
+  readonly counter: number | null;
 }
 export interface CommandReq extends Base {
   readonly verb: "command";
@@ -138,14 +141,14 @@ function own(o: Record<string, unknown>, k: string): unknown {
 
 const FIELDS: Readonly<Record<RequestVerb, readonly string[]>> = {
   "lease/acquire": ["id", "holder", "ttlMs"],
-  "lease/renew": ["id", "holder", "token", "mac"],
-  "lease/release": ["id", "holder", "token", "mac"],
+  "lease/renew": ["id", "holder", "token", "mac", "counter"],
+  "lease/release": ["id", "holder", "token", "mac", "counter"],
   command: ["id", "holder", "token", "seq", "set", "deadlineMs", "mac"],
   read: ["id", "holder"],
 };
 
 /** Fields whose JSON literal must be a plain integer (no fraction, no exponent). */
-const INTEGER_FIELDS = ["ttlMs", "token", "seq", "deadlineMs"] as const;
+const INTEGER_FIELDS = ["ttlMs", "token", "seq", "deadlineMs", "counter"] as const;
 const INTEGER_LITERAL_RE = /^-?(?:0|[1-9][0-9]*)$/;
 
 function messages(limits: RequestLimits): Readonly<Record<string, string>> {
@@ -158,6 +161,7 @@ function messages(limits: RequestLimits): Readonly<Record<string, string>> {
     set: `set must be an object of 1 to ${MAX_SET_POINTS} points, each a point name mapped to a finite number`,
     deadlineMs: `deadlineMs must be an integer from 1 to ${limits.maxDeadlineMs}`,
     mac: "mac must be 64 lowercase hexadecimal characters (HMAC-SHA256)",
+    counter: `counter must be an integer from 1 to ${MAX}`,
   };
 }
 
@@ -184,10 +188,11 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
   const token = safeInt(1, MAX);
   // Authenticated actuators (an extension): see src/core/signature.ts.
   const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
+  const counter = safeInt(1, MAX).optional();
   return {
     "lease/acquire": z.strictObject({ id, holder, ttlMs: safeInt(limits.minTtlMs, limits.maxTtlMs) }),
-    "lease/renew": z.strictObject({ id, holder, token, mac }),
-    "lease/release": z.strictObject({ id, holder, token, mac }),
+    "lease/renew": z.strictObject({ id, holder, token, mac, counter }),
+    "lease/release": z.strictObject({ id, holder, token, mac, counter }),
     command: z.strictObject({
       id,
       holder,
@@ -295,7 +300,15 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
       return { verb: inc.verb, actuator, id, holder: str("holder"), ttlMs: num("ttlMs") };
     case "lease/renew":
     case "lease/release":
-      return { verb: inc.verb, actuator, id, holder: str("holder"), token: num("token"), mac: hasOwn(obj, "mac") ? str("mac") : null };
+      return {
+        verb: inc.verb,
+        actuator,
+        id,
+        holder: str("holder"),
+        token: num("token"),
+        mac: hasOwn(obj, "mac") ? str("mac") : null,
+        counter: hasOwn(obj, "counter") ? num("counter") : null,
+      };
     case "command": {
       const set: Record<string, number> = {};
       // Safe: every name passed POINT_NAME_RE and is not an Object.prototype member.
