@@ -21,6 +21,7 @@ import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
 import type { GatewayRequest } from "../../shell/gateway.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
+import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
 import { eventPayload, gatewayStatusPayload, readReplyPayload, refusalPayload, replyPayload, statePayload } from "./payloads.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
 import { eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
@@ -141,7 +142,9 @@ export class MqttLink implements Outbox {
       ...(mqtt.password !== undefined ? { password: mqtt.password } : {}),
       will: { topic: statusTopic, payload: Buffer.from(gatewayStatusPayload(false)), qos: 1, retain: true },
     };
-    const client = new MqttClient(streamBuilder(mqtt), clientOptions);
+    const socket = streamBuilder(mqtt);
+    const limit = maxPacketBytes(mqtt.maxPayloadBytes);
+    const client = new MqttClient(() => new GuardedStream(socket(), limit, (packet, raw) => this.onOversized(packet, raw)), clientOptions);
     this.client = client;
     client.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet));
     client.on("error", (err) => log.warn({ err: err.message }, "MQTT error"));
@@ -179,6 +182,20 @@ export class MqttLink implements Outbox {
 
   private count(map: Map<string, number>, key: string): void {
     map.set(key, (map.get(key) ?? 0) + 1);
+  }
+
+  /**
+   * A packet over the limit went by unread (see packet-guard.ts). A QoS 1 PUBLISH is still
+   * acknowledged, or the broker would keep its delivery slot to the gateway taken. (The
+   * gateway subscribes at QoS 1, so the broker sends it nothing at QoS 2.)
+   */
+  private onOversized(packet: DroppedPacket, socket: Writable): void {
+    if (packet.type === PUBLISH_TYPE && packet.qos === 1 && packet.packetId !== null) socket.write(pubackPacket(packet.packetId, this.v5));
+    this.count(this.counters.unanswerable, "TOO_LARGE");
+    this.options.log.warn(
+      { cause: "TOO_LARGE", bytes: packet.bytes, type: packet.type, limitBytes: maxPacketBytes(this.options.mqtt.maxPayloadBytes) },
+      "an MQTT packet over the size limit was dropped unread",
+    );
   }
 
   private onMessage(topic: string, payload: Buffer, packet: IPublishPacket): void {
@@ -330,6 +347,9 @@ export class MqttLink implements Outbox {
     await client.endAsync(true);
   }
 }
+
+/** The MQTT control packet type of PUBLISH. */
+const PUBLISH_TYPE = 3;
 
 /** How long a clean shutdown waits on the broker for each of `offline` and the disconnect. */
 const STOP_GRACE_MS = 2000;
