@@ -10,7 +10,7 @@ import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/me
 import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
 import { ModbusBus, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
-import { MqttLink } from "./adapters/mqtt/link.ts";
+import { LEASE_REQUEST_ROOM_PER_ACTUATOR, MAX_PENDING_READS_PER_ACTUATOR, MqttLink } from "./adapters/mqtt/link.ts";
 import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, probeGateways } from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
@@ -134,7 +134,8 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       defaultDeadlineMs: config.commands.defaultDeadlineMs,
     },
     log,
-    maxPendingReplies: config.actuators.length * (config.commands.queueLimit + 2) + 256,
+    maxPendingReadsPerActuator: MAX_PENDING_READS_PER_ACTUATOR,
+    maxPendingRequestsPerActuator: config.commands.queueLimit + 1 + LEASE_REQUEST_ROOM_PER_ACTUATOR,
   });
 
   let metrics: GatewayMetrics | null = null;

@@ -44,6 +44,7 @@ const CODE_CLASS: Record<string, number> = {
   READ_ONLY_POINT: EXIT.INVALID,
   OUT_OF_RANGE: EXIT.INVALID,
   BAD_SIGNATURE: EXIT.REFUSED,
+  REPLAYED_REQUEST: EXIT.REFUSED,
   INTERNAL: EXIT.INTERNAL,
 };
 
@@ -130,12 +131,14 @@ function formatState(s: ActuatorState): string {
     .map(([k, v]) => `${k}=${v}`)
     .join(" ");
   const faults = Object.entries(s.pointFaults ?? {}).map(([k, why]) => `${k} ${why}`);
+  // Offline, the points are the last the device gave: say how old they are.
+  const age = s.online || s.pointsAgeMs === undefined ? "" : s.pointsAgeMs === null ? " (never read)" : ` (read ${(s.pointsAgeMs / 1000).toFixed(1)} s ago)`;
   return [
     `${s.actuator}: ${s.online ? "online" : "OFFLINE"}`,
     ...(s.problem === undefined ? [] : [`  why    ${s.problem}`]),
     `  lease  ${lease}`,
     `  fence  token ${s.fence.token}, seq ${s.fence.seq ?? "-"}`,
-    `  points ${points || "-"}`,
+    `  points ${points || "-"}${age}`,
     ...(faults.length === 0 ? [] : [`  faults ${faults.join("; ")}`]),
   ].join("\n");
 }

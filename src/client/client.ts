@@ -36,6 +36,8 @@ export interface ActuatorState {
   /** The gateway serving the actuator: its `B/gateway/<id>/status` says whether this state is current. */
   readonly gateway?: string;
   /** The gateway's own safe-value write, while it is owed. */
+  /** How long before `at` the device last answered a read; null: not since the gateway started. */
+  readonly pointsAgeMs?: number | null;
   readonly safeWrite?: { readonly token: number; readonly attempts: number; readonly set: Readonly<Record<string, number>> } | null;
   /** Points whose reading is not a finite number, and what it was (fencegate extension). */
   readonly pointFaults?: Readonly<Record<string, string>>;

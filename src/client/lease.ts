@@ -48,6 +48,8 @@ export declare interface Lease {
 
 export class Lease extends EventEmitter {
   private nextSeq = 0;
+  /** Authenticated leases: the counter of the last signed renew or release; each one carries the next. */
+  private lastCounter = 0;
   private lostReason: Error | null = null;
   private released = false;
   private renewTimer: NodeJS.Timeout | null = null;
@@ -122,7 +124,7 @@ export class Lease extends EventEmitter {
     this.assertUsable();
     const sentAtMs = performance.now();
     try {
-      await this.client.request(this.actuator, "lease/renew", this.signed("lease/renew", { holder: this.holder, token: this.token }));
+      await this.client.request(this.actuator, "lease/renew", this.signedLeaseRequest("lease/renew"));
     } catch (err) {
       if (err instanceof FencegateError) this.markLost(err);
       throw err;
@@ -191,11 +193,17 @@ export class Lease extends EventEmitter {
     this.released = true;
     this.stop();
     if (this.lostReason) return;
-    await this.client.request(this.actuator, "lease/release", this.signed("lease/release", { holder: this.holder, token: this.token }));
+    await this.client.request(this.actuator, "lease/release", this.signedLeaseRequest("lease/release"));
+  }
+
+  /** A renew or release body; on an authenticated lease with the next counter (against replays) and the mac. */
+  private signedLeaseRequest(verb: "lease/renew" | "lease/release"): Record<string, unknown> {
+    const body = { holder: this.holder, token: this.token };
+    return this.secret === undefined ? body : this.signed(verb, { ...body, counter: ++this.lastCounter });
   }
 
   /** Adds the mac on an authenticated lease; the body unchanged otherwise. */
-  private signed<T extends { holder: string; token: number; seq?: number; set?: Readonly<Record<string, number>>; deadlineMs?: number }>(
+  private signed<T extends { holder: string; token: number; seq?: number; set?: Readonly<Record<string, number>>; deadlineMs?: number; counter?: number }>(
     verb: "command" | "lease/renew" | "lease/release",
     body: T,
   ): T & { mac?: string } {

@@ -9,6 +9,9 @@ export const ERROR_CODES = [
   "UNKNOWN_ACTUATOR",
   // Extension (authenticated actuators): the request's MAC is missing or wrong.
   "BAD_SIGNATURE",
+  // Extension (authenticated actuators): a signed renew or release whose counter is not
+  // above the last one the lease accepted: a replay.
+  "REPLAYED_REQUEST",
   "UNKNOWN_POINT",
   "READ_ONLY_POINT",
   "OUT_OF_RANGE",

@@ -7,9 +7,14 @@
  *
  * Canonical form: the JSON text (as ECMAScript's JSON.stringify writes it, no spaces) of
  *   ["fencegate-mac-v1", verb, actuator, holder, token, seq, set, deadlineMs]
- * where verb is "command", "lease/renew" or "lease/release"; seq, set and deadlineMs are
- * null for renew and release; set is an array of [point, value] pairs sorted by point name;
- * deadlineMs is the deadline the gateway applies (send it explicitly when signing).
+ * where verb is "command", "lease/renew" or "lease/release"; for renew and release the seq
+ * slot carries the request's `counter`, and set and deadlineMs are null; set is an array of
+ * [point, value] pairs sorted by point name; deadlineMs is the deadline the gateway applies
+ * (send it explicitly when signing).
+ *
+ * Replays: a command's (token, seq) already makes a replayed command a DUPLICATE or
+ * STALE_SEQ with no effect. Renew and release carry `counter`, which must rise from one
+ * signed renew or release of the lease to the next (the gateway keeps the highest per lease).
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { PointValues } from "./types.ts";
@@ -22,11 +27,14 @@ export interface SignedFields {
   readonly seq?: number | undefined;
   readonly set?: PointValues | undefined;
   readonly deadlineMs?: number | undefined;
+  /** Renew and release: the request's place in the lease's sequence of them. */
+  readonly counter?: number | undefined;
 }
 
 export function canonicalForm(f: SignedFields): string {
   const set = f.set === undefined ? null : Object.entries(f.set).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return JSON.stringify(["fencegate-mac-v1", f.verb, f.actuator, f.holder, f.token, f.seq ?? null, set, f.deadlineMs ?? null]);
+  const seq = f.verb === "command" ? f.seq : f.counter;
+  return JSON.stringify(["fencegate-mac-v1", f.verb, f.actuator, f.holder, f.token, seq ?? null, set, f.deadlineMs ?? null]);
 }
 
 export function sign(secret: string, fields: SignedFields): string {

@@ -22,8 +22,8 @@ import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, ty
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
-  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null }
-  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null }
+  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
+  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
   | {
       readonly verb: "command";
       readonly holder: string;
@@ -64,6 +64,12 @@ export interface GatewayDeps {
   readonly step?: typeof step;
 }
 
+function badMacMessage(mac: string | null | undefined): string {
+  return mac
+    ? "The mac does not match this request under the lease's secret; nothing was changed."
+    : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
+}
+
 /**
  * After applied writes, the device is read back once commands to it have paused this long
  * (or after the poll interval, if shorter), not after every command: see {@link ActuatorRuntime.readBackSoon}.
@@ -79,7 +85,14 @@ class ActuatorRuntime {
   /** The state as of the last step whose effects were all carried out: the one shown. */
   private shown: ActuatorState;
   points: PointValues = {};
+  /** Monotonic time the device last answered a read of its points; null: not yet. */
+  private pointsReadAtMs: number | null = null;
   fenceKnown: boolean;
+  /**
+   * Authenticated actuators: the highest counter of a signed renew or release accepted under
+   * `token` (in memory: every lease ends at restart). A request at or below it is a replay.
+   */
+  signedCounter: { readonly token: number; readonly counter: number } | null = null;
   private chain: Promise<void> = Promise.resolve();
   private cancelWake: (() => void) | null = null;
   private cancelPoll: (() => void) | null = null;
@@ -244,6 +257,7 @@ class ActuatorRuntime {
         this.points = points;
         this.mismatch = null;
         this.badPolls = { count: 0, reason: "" };
+        this.pointsReadAtMs = this.gw.deps.clock.monotonicMs();
         this.updateOnline();
         if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
         return true;
@@ -302,6 +316,7 @@ class ActuatorRuntime {
   /** What may be shown of this actuator now: its durable decisions only. */
   view(): StateView {
     const { clock } = this.gw.deps;
+    const nowMs = clock.monotonicMs();
     const snapshot = this.shown;
     const { expiryPolicy } = this.binding.config;
     const safe = snapshot.safeWrite;
@@ -314,9 +329,10 @@ class ActuatorRuntime {
     return {
       actuator: this.id,
       online: snapshot.online,
-      lease: viewLease(snapshot.lease, clock.monotonicMs()),
+      lease: viewLease(snapshot.lease, nowMs),
       fence: snapshot.fence,
       points,
+      pointsAgeMs: this.pointsReadAtMs === null ? null : nowMs - this.pointsReadAtMs,
       pointFaults,
       problem: snapshot.online ? null : this.problem,
       gateway: this.gw.deps.gatewayId,
@@ -325,10 +341,21 @@ class ActuatorRuntime {
     };
   }
 
+  /**
+   * The answer to a `read`: a fresh poll of the device. When the device did not answer it,
+   * the state says offline whatever the link's view (that waits for a second timeout), and
+   * `pointsAgeMs` says how old the points are: never a stale read passed off as fresh.
+   */
+  async readNow(): Promise<StateView> {
+    const answered = await this.poll();
+    const view = this.view();
+    return answered ? view : { ...view, online: false, problem: view.problem ?? "The device did not answer this read." };
+  }
+
   publishState(): void {
     const view = this.view();
-    // Lease countdowns change every millisecond; publish on a change of substance only.
-    const key = JSON.stringify({ ...view, at: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
+    // Lease countdowns and the points' age change every millisecond; publish on a change of substance only.
+    const key = JSON.stringify({ ...view, at: undefined, pointsAgeMs: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
     if (key === this.lastPublished) return;
     this.lastPublished = key;
     this.gw.deps.outbox.state(view);
@@ -412,7 +439,7 @@ export class Gateway {
     }
     switch (request.verb) {
       case "read":
-        void rt.poll().then(() => outbox.reply(ref, { ok: true, state: rt.view() }));
+        void rt.readNow().then((state) => outbox.reply(ref, { ok: true, state }));
         return;
       case "lease/acquire": {
         if (!rt.fenceKnown) {
@@ -457,24 +484,37 @@ export class Gateway {
 
   /**
    * Authenticated actuators: a request under the live lease's token must carry the MAC of
-   * its fields keyed with that lease's secret, checked before anything reaches the core.
-   * Requests under any other token cannot be verified (that secret is gone) and go on to
-   * the core, which refuses them without effect.
+   * its fields keyed with that lease's secret, checked before anything reaches the core; a
+   * renew or release also a counter above the last one the lease accepted, or it is a
+   * replay (a command's replay is already refused by its (token, seq)). Requests under any
+   * other token cannot be verified (that secret is gone) and go on to the core, which
+   * refuses them without effect.
    */
   private signatureOk(rt: ActuatorRuntime, ref: number, request: Exclude<GatewayRequest, { verb: "read" | "lease/acquire" }>): boolean {
     const lease = rt.state.lease;
     if (!rt.binding.authenticated || lease?.secret === undefined || lease.token !== request.token || !isLive(lease, this.deps.clock.monotonicMs())) return true;
-    const fields =
-      request.verb === "command"
-        ? { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs }
-        : { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token };
-    if (verify(lease.secret, fields, request.mac)) return true;
-    const message = request.mac
-      ? "The mac does not match this request under the lease's secret; nothing was changed."
-      : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
-    this.deps.outbox.reply(ref, { ok: false, error: { code: "BAD_SIGNATURE", message } });
-    this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code: "BAD_SIGNATURE" });
-    return false;
+    const refuse = (code: "BAD_SIGNATURE" | "REPLAYED_REQUEST", message: string) => {
+      this.deps.outbox.reply(ref, { ok: false, error: { code, message } });
+      this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code });
+      return false;
+    };
+    if (request.verb === "command") {
+      const deadlineMs = request.deadlineMs ?? rt.binding.defaultDeadlineMs;
+      const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs };
+      return verify(lease.secret, fields, request.mac) || refuse("BAD_SIGNATURE", badMacMessage(request.mac));
+    }
+    const counter = request.counter ?? null;
+    if (counter === null) {
+      return refuse("BAD_SIGNATURE", `A signed ${request.verb} must carry counter, above the counter of the lease's previous signed renew or release; nothing was changed.`);
+    }
+    const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, counter };
+    if (!verify(lease.secret, fields, request.mac)) return refuse("BAD_SIGNATURE", badMacMessage(request.mac));
+    const last = rt.signedCounter?.token === request.token ? rt.signedCounter.counter : 0;
+    if (counter <= last) {
+      return refuse("REPLAYED_REQUEST", `This ${request.verb} carries counter ${counter}, not above ${last}, the lease's last: a replayed request changes nothing. Sign each renew and release with a higher counter.`);
+    }
+    rt.signedCounter = { token: request.token, counter };
+    return true;
   }
 
   /** The bus's report on an actuator's unit: answering or not, and why not. */

@@ -109,6 +109,8 @@ export interface StateView {
   readonly fence: Fence;
   /** Finite values only: a point whose reading is not a number is in `pointFaults` instead. */
   readonly points: PointValues;
+  /** How long ago the device last answered a read of its points; null: not since the gateway started. */
+  readonly pointsAgeMs: number | null;
   /** The gateway serving it: its `B/gateway/<id>/status` says whether this state is current. */
   readonly gateway: string;
   /** The gateway's own safe-value write, while it is owed (expiry policy "safe"). */

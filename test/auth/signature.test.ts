@@ -10,6 +10,17 @@ describe("request signature (authenticated actuators)", () => {
     expect(canonicalForm({ verb: "lease/release", actuator: "valve-1", holder: "line-a", token: 7 })).toBe('["fencegate-mac-v1","lease/release","valve-1","line-a",7,null,null,null]');
   });
 
+  it("carries a renew's or release's counter in the seq slot (and ignores a command's)", () => {
+    expect(canonicalForm({ verb: "lease/renew", actuator: "valve-1", holder: "line-a", token: 7, counter: 12 })).toBe('["fencegate-mac-v1","lease/renew","valve-1","line-a",7,12,null,null]');
+    expect(canonicalForm({ ...FIELDS, counter: 12 })).toBe(canonicalForm(FIELDS));
+  });
+
+  it("fails when a renew's counter is changed", () => {
+    const renew = { verb: "lease/renew", actuator: "valve-1", holder: "line-a", token: 7, counter: 12 } as const;
+    expect(verify("s3cret", { ...renew, counter: 13 }, sign("s3cret", renew))).toBe(false);
+    expect(verify("s3cret", renew, sign("s3cret", renew))).toBe(true);
+  });
+
   it("matches an HMAC-SHA256 test vector computed independently", () => {
     // printf '%s' '<canonical form>' | openssl dgst -sha256 -hmac s3cret
     expect(sign("s3cret", FIELDS)).toBe("1bfc8eec2d5207fea9a3fb5c428fa0952f18a71a12c6133249da715ab2588fd7");

@@ -17,6 +17,7 @@ const STATE: StateView = {
   lease: { holder: "ctl-a", token: 7, expiresInMs: 4200 },
   fence: { token: 7, seq: 3 },
   points: { valve: 42.5, mode: 1 },
+  pointsAgeMs: 120,
   gateway: "gw-1",
   safeWrite: null,
   pointFaults: {},
@@ -96,7 +97,7 @@ describe("replies", () => {
 describe("state", () => {
   it("has the contract's shape and key order, points sorted, the extensions after them", () => {
     expect(statePayload(STATE)).toBe(
-      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","gateway":"gw-1","safeWrite":null}',
+      '{"actuator":"valve-1","online":true,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1,"valve":42.5},"at":"2026-11-29T10:00:00.123Z","pointsAgeMs":120,"gateway":"gw-1","safeWrite":null}',
     );
   });
 
@@ -106,13 +107,14 @@ describe("state", () => {
   });
 
   it("lease null and fence.seq null while the new lease has not commanded", () => {
-    expect(JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {} }))).toEqual({
+    expect(JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {}, pointsAgeMs: null }))).toEqual({
       actuator: "valve-1",
       online: false,
       lease: null,
       fence: { token: 8, seq: null },
       points: {},
       at: "2026-11-29T10:00:00.123Z",
+      pointsAgeMs: null,
       gateway: "gw-1",
       safeWrite: null,
     });
@@ -121,7 +123,7 @@ describe("state", () => {
   it("names point faults and the problem (extensions) only when there are some, after the contract's fields", () => {
     const payload = statePayload({ ...STATE, online: false, points: { mode: 1 }, pointFaults: { valve: "reads NaN, not a finite number" }, problem: "Unit 1 does not answer." });
     expect(payload).toBe(
-      '{"actuator":"valve-1","online":false,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1},"at":"2026-11-29T10:00:00.123Z","gateway":"gw-1","safeWrite":null,"pointFaults":{"valve":"reads NaN, not a finite number"},"problem":"Unit 1 does not answer."}',
+      '{"actuator":"valve-1","online":false,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1},"at":"2026-11-29T10:00:00.123Z","pointsAgeMs":120,"gateway":"gw-1","safeWrite":null,"pointFaults":{"valve":"reads NaN, not a finite number"},"problem":"Unit 1 does not answer."}',
     );
     expect(Object.values(JSON.parse(payload).points)).not.toContain(null); // no point is ever published as null
   });

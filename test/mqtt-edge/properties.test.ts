@@ -39,7 +39,7 @@ interface Valid {
   body: Record<string, unknown>;
   expected: Request;
 }
-/** Authenticated actuators' MAC: optional on renew, release and command. */
+/** Authenticated actuators' MAC: optional on renew, release and command; and the counter of renew and release. */
 const macArb = fc.stringMatching(/^[0-9a-f]{64}$/);
 const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> => {
   switch (verb) {
@@ -52,11 +52,11 @@ const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> 
     case "lease/renew":
     case "lease/release":
       return fc
-        .record({ id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }), mac: macArb }, { requiredKeys: ["id", "holder", "token"] })
+        .record({ id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }), mac: macArb, counter: fc.integer({ min: 1, max: MAX }) }, { requiredKeys: ["id", "holder", "token"] })
         .map((b) => ({
           verb,
           body: b,
-          expected: { verb, actuator: "valve-1", ...b, mac: b.mac ?? null },
+          expected: { verb, actuator: "valve-1", ...b, mac: b.mac ?? null, counter: b.counter ?? null },
         }));
     case "command":
       return fc

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { MALFORMED_LIMITS } from "./malformed.ts";
-import { parseRequest, type IncomingRequest } from "../../src/adapters/mqtt/requests.ts";
+import { MAX_CORRELATION_DATA_BYTES, parseRequest, type IncomingRequest } from "../../src/adapters/mqtt/requests.ts";
 import type { RequestVerb } from "../../src/adapters/mqtt/topics.ts";
 
 const LIMITS = MALFORMED_LIMITS;
@@ -28,7 +28,9 @@ describe("valid requests", () => {
     ["lease/acquire at the lower ttl bound", "lease/acquire", '{"id":"r-1","holder":"ctl-a","ttlMs":1000}', { ttlMs: 1000 }],
     ["lease/acquire at the upper ttl bound", "lease/acquire", '{"id":"r-1","holder":"ctl-a","ttlMs":60000}', { ttlMs: 60000 }],
     ["lease/renew", "lease/renew", '{"id":"r-1","holder":"ctl-a","token":1}', { verb: "lease/renew", token: 1 }],
-    ["lease/release", "lease/release", `{"id":"r-1","holder":"ctl-a","token":${MAX}}`, { verb: "lease/release", token: Number(MAX) }],
+    ["lease/release", "lease/release", `{"id":"r-1","holder":"ctl-a","token":${MAX}}`, { verb: "lease/release", token: Number(MAX), counter: null }],
+    ["lease/renew with the lowest counter", "lease/renew", '{"id":"r-1","holder":"ctl-a","token":1,"counter":1}', { verb: "lease/renew", counter: 1 }],
+    ["lease/release with the highest counter", "lease/release", `{"id":"r-1","holder":"ctl-a","token":1,"counter":${MAX}}`, { counter: Number(MAX) }],
     ["command, deadline defaulted", "command",
       '{"id":"r-1","holder":"ctl-a","token":7,"seq":0,"set":{"valve":42.5,"mode":-1e3}}',
       { verb: "command", token: 7, seq: 0, set: { valve: 42.5, mode: -1000 }, deadlineMs: 5000 },
@@ -86,9 +88,57 @@ describe("routes", () => {
     expect(r.kind === "request" && r.route).toEqual({ kind: "responseTopic", responseTopic: "ctl/a/resp" });
   });
 
-  it("an unpublishable response topic falls back to the holder topic", () => {
-    const r = parse("lease/acquire", body, { responseTopic: "ctl/#" });
-    expect(r.kind === "request" && r.route).toEqual(holderRoute);
+  // Until issue 12 an unusable response topic was ignored and the request carried out, its
+  // reply sent to the holder topic; now it is refused there, so the requester learns why.
+  it("a response topic with a wildcard is refused INVALID_REQUEST on the holder topic", () => {
+    expect(parse("lease/acquire", body, { responseTopic: "ctl/#" })).toEqual({
+      kind: "refused",
+      code: "INVALID_REQUEST",
+      message: "the response topic contains a wildcard ('+' or '#'); a reply cannot be published to it",
+      id: "r-1",
+      route: holderRoute,
+    });
+  });
+
+  it("a read whose response topic has 202 levels is refused on the holder topic, not answered there", () => {
+    const r = parse("read", '{"id":"r-1","holder":"ctl-a"}', { responseTopic: `${"x/".repeat(201)}y`, correlationData: Buffer.from("c") });
+    expect(r).toMatchObject({ kind: "refused", code: "INVALID_REQUEST", route: holderRoute });
+    expect(r.kind === "refused" && r.message).toBe("the response topic has 202 levels; at most 32 are allowed");
+  });
+
+  it("a read without holder and a refused response topic is refused on B/A/reply/_", () => {
+    expect(parse("read", '{"id":"r-1"}', { responseTopic: "fencegate/valve-2/state" })).toMatchObject({
+      kind: "refused",
+      code: "INVALID_REQUEST",
+      route: { kind: "holderTopic", holderTopic: "fencegate/valve-1/reply/_" },
+    });
+  });
+
+  it("a refused response topic and no holder: unanswerable, and the reason says why", () => {
+    const r = parse("lease/acquire", '{"id":"r-1","ttlMs":5000}', { responseTopic: "fencegate/gateway/gw-1/status" });
+    expect(r).toMatchObject({ kind: "unanswerable", cause: "NO_ROUTE" });
+    expect(r.kind === "unanswerable" && r.reason).toContain("gateway's own topics");
+  });
+
+  it("the response topic ranks before every other problem of the request", () => {
+    const r = parse("command", '{"id":"r-1","holder":"ctl-a","token":"x"}', { responseTopic: "$SYS/x", retain: true });
+    expect(r).toMatchObject({ kind: "refused", code: "INVALID_REQUEST", route: holderRoute });
+    expect(r.kind === "refused" && r.message).toContain("'$'");
+  });
+
+  it(`correlation data of ${MAX_CORRELATION_DATA_BYTES} bytes is echoed; one byte more is refused`, () => {
+    const atLimit = Buffer.alloc(MAX_CORRELATION_DATA_BYTES, 1);
+    expect(parse("lease/acquire", body, { responseTopic: "r", correlationData: atLimit })).toMatchObject({
+      kind: "request",
+      route: { kind: "responseTopic", responseTopic: "r", correlationData: atLimit },
+    });
+    expect(parse("lease/acquire", body, { responseTopic: "r", correlationData: Buffer.alloc(MAX_CORRELATION_DATA_BYTES + 1) })).toEqual({
+      kind: "refused",
+      code: "INVALID_REQUEST",
+      message: `the correlation data is ${MAX_CORRELATION_DATA_BYTES + 1} bytes long; at most ${MAX_CORRELATION_DATA_BYTES} are allowed`,
+      id: "r-1",
+      route: holderRoute,
+    });
   });
 
   it("a read with an invalid holder and no response topic is unanswerable (not sent to _)", () => {
@@ -114,6 +164,10 @@ describe("exact refusal messages", () => {
     ["lease/renew", '{"id":"r-1","holder":"ctl-a","token":9007199254740993}', `token must be an integer from 1 to ${MAX}`],
     ["lease/renew", '{"id":"r-1","holder":"ctl-a","token":9007199254740991.4}', `token must be an integer from 1 to ${MAX}`],
     ["lease/release", '{"id":"r-1","holder":"ctl-a","token":0}', `token must be an integer from 1 to ${MAX}`],
+    ["lease/renew", '{"id":"r-1","holder":"ctl-a","token":1,"counter":0}', `counter must be an integer from 1 to ${MAX}`],
+    ["lease/renew", '{"id":"r-1","holder":"ctl-a","token":1,"counter":2.0}', `counter must be an integer from 1 to ${MAX}`],
+    ["lease/release", '{"id":"r-1","holder":"ctl-a","token":1,"counter":9007199254740992}', `counter must be an integer from 1 to ${MAX}`],
+    ["command", cmd(',"counter":1'), 'unknown field "counter" in a command request'],
     ["command", cmd(',"seq":-1').replace('"seq":3,', ""), `seq must be an integer from 0 to ${MAX}`],
     ["command", cmd(',"deadlineMs":30001'), "deadlineMs must be an integer from 1 to 30000"],
     ["command", cmd("").replace('{"v":1}', "{}"), "set must be an object of 1 to 64 points, each a point name mapped to a finite number"],

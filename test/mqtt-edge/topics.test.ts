@@ -4,11 +4,14 @@ import {
   gatewayStatusTopic,
   isActuatorId,
   isHolderId,
-  isPublishableTopic,
+  MAX_RESPONSE_TOPIC_BYTES,
+  MAX_RESPONSE_TOPIC_LEVELS,
   parseRequestTopic,
   replyTopic,
   requestSubscriptions,
+  responseTopicProblem,
   stateTopic,
+  topicMatches,
 } from "../../src/adapters/mqtt/topics.ts";
 
 describe("parseRequestTopic", () => {
@@ -96,18 +99,76 @@ describe("name rules", () => {
   ])("holder %j valid: %s", (h, ok) => {
     expect(isHolderId(h)).toBe(ok);
   });
+});
+
+describe("responseTopicProblem", () => {
+  const levels = (n: number) => Array.from({ length: n }, (_, i) => `l${i}`).join("/");
+  const bytes = (n: number) => `r/${"x".repeat(n - 2)}`;
 
   it.each([
-    ["ctl/a/responses", true],
-    ["a", true],
-    ["é/ü", true],
-    ["", false],
-    ["a/+/b", false],
-    ["a/#", false],
-    ["a\u0000b", false],
-    ["a\uD800b", false],
-    ["x".repeat(65_536), false],
-  ])("publishable topic %j: %s", (t, ok) => {
-    expect(isPublishableTopic(t)).toBe(ok);
+    ["ctl/a/responses"],
+    ["a"],
+    ["é/ü"],
+    ["emoji/\u{1F600}"],
+    [`${MAX_RESPONSE_TOPIC_LEVELS} levels, the limit`, levels(MAX_RESPONSE_TOPIC_LEVELS)],
+    [`${MAX_RESPONSE_TOPIC_BYTES} bytes, the limit`, bytes(MAX_RESPONSE_TOPIC_BYTES)],
+    ["the client library's", "fencegate/_client/ctl-a/5c6e0c1e-9a0e-4e63-9c87-3f0bdbf2a0b5"],
+    ["a reply topic", "fencegate/valve-1/reply/ctl-a"],
+    ["a reply topic, deeper", "fencegate/valve-1/reply/ctl-a/x"],
+    ["another base", "other/valve-1/state"],
+    ["the base itself", "fencegate"],
+  ])("accepts %s", (...args: string[]) => {
+    expect(responseTopicProblem("fencegate", args[args.length - 1]!)).toBeNull();
+  });
+
+  it.each([
+    ["empty", "", "empty"],
+    [`${MAX_RESPONSE_TOPIC_LEVELS + 1} levels`, levels(MAX_RESPONSE_TOPIC_LEVELS + 1), `${MAX_RESPONSE_TOPIC_LEVELS + 1} levels`],
+    ["202 levels (Mosquitto disconnects its publisher)", `${"x/".repeat(201)}y`, "202 levels"],
+    [`${MAX_RESPONSE_TOPIC_BYTES + 1} bytes`, bytes(MAX_RESPONSE_TOPIC_BYTES + 1), `${MAX_RESPONSE_TOPIC_BYTES + 1} bytes`],
+    ["multi-byte characters past the byte limit", `r/${"é".repeat(MAX_RESPONSE_TOPIC_BYTES / 2)}`, "bytes"],
+    ["+", "ctl/+/responses", "wildcard"],
+    ["#", "ctl/#", "wildcard"],
+    ["NUL", "a\u0000b", "U+0000"],
+    ["a C0 control", "a\u001fb", "U+001F"],
+    ["a newline", "a\nb", "U+000A"],
+    ["DEL", "a\u007fb", "U+007F"],
+    ["a C1 control", "a\u0085b", "U+0085"],
+    ["a non-character", "a\ufdd0b", "U+FDD0"],
+    ["U+FFFE", "a\ufffeb", "U+FFFE"],
+    ["U+1FFFF", "a\u{1ffff}b", "U+1FFFF"],
+    ["a lone high surrogate", "a\ud800b", "U+D800"],
+    ["a lone low surrogate", "a\udc00", "U+DC00"],
+    ["$SYS", "$SYS/broker/x", "'$'"],
+    ["$CONTROL", "$CONTROL/dynamic-security/v1", "'$'"],
+    ["another actuator's command topic", "fencegate/valve-2/command", "gateway's own topics"],
+    ["a lease topic", "fencegate/valve-2/lease/release", "gateway's own topics"],
+    ["a read topic", "fencegate/valve-1/read", "gateway's own topics"],
+    ["a state topic", "fencegate/valve-2/state", "gateway's own topics"],
+    ["an events topic", "fencegate/valve-2/events", "gateway's own topics"],
+    ["the gateway status topic", "fencegate/gateway/gw-1/status", "gateway's own topics"],
+    ["anything under B/gateway", "fencegate/gateway/x", "gateway's own topics"],
+  ])("refuses %s", (_label, topic, names) => {
+    expect(responseTopicProblem("fencegate", topic)).toContain(names);
+  });
+
+  it("knows the gateway's topics under a base of several levels", () => {
+    expect(responseTopicProblem("site/fencegate", "site/fencegate/valve-1/state")).toContain("gateway's own topics");
+    expect(responseTopicProblem("site/fencegate", "site/other/valve-1/state")).toBeNull();
+  });
+});
+
+describe("topicMatches", () => {
+  it.each([
+    ["a/+/c", "a/b/c", true],
+    ["a/+/c", "a/b/d", false],
+    ["a/+/c", "a/b/c/d", false],
+    ["a/+", "a", false],
+    ["a/#", "a/b/c", true],
+    ["a/#", "a", true], // a filter ending in # also matches its parent (MQTT 5 §4.7.1.2)
+    ["a/b", "a/b", true],
+    ["a/+/+", "a//", true],
+  ])("%s matches %s: %s", (filter, topic, ok) => {
+    expect(topicMatches(filter, topic)).toBe(ok);
   });
 });

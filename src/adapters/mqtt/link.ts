@@ -8,17 +8,20 @@
  *   costs ~88 ms instead of ~0.2 ms (field notes).
  * - Last will `offline` on the gateway status topic; `online` once connected.
  * - Reconnects with exponential backoff; every actuator's state is re-published on connect.
+ * - A reply the broker has not acknowledged when the connection drops is dropped, not
+ *   re-sent (see dropUnacknowledgedReplies).
  */
 import { readFileSync } from "node:fs";
 import net from "node:net";
 import type { Writable } from "node:stream";
 import tls from "node:tls";
-import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket } from "mqtt";
+import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket, type PacketCallback } from "mqtt";
 import type { Logger } from "pino";
 import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
 import type { GatewayRequest } from "../../shell/gateway.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
+import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
 import { eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity } from "./payloads.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
 import { GATEWAY_LEVEL, eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
@@ -46,9 +49,27 @@ export interface MqttLinkOptions {
   readonly onDisplaced?: (by: GatewayIdentity | undefined) => void;
   readonly limits: RequestLimits;
   readonly log: Logger;
-  /** Replies owed at once; beyond this a request is refused OVERLOADED at the door. */
-  readonly maxPendingReplies: number;
+  /** Reads of one actuator awaiting their reply; beyond this a read of it is refused OVERLOADED at the door. */
+  readonly maxPendingReadsPerActuator: number;
+  /** Lease requests and commands of one actuator awaiting their reply; beyond this one is refused OVERLOADED at the door. */
+  readonly maxPendingRequestsPerActuator: number;
 }
+
+/**
+ * Reads of one actuator awaiting their reply. Concurrent reads share one poll of the device,
+ * so more of them cost no bus time, only memory: each holds its reply route (id, response
+ * topic and correlation data, up to about 2 KiB).
+ */
+export const MAX_PENDING_READS_PER_ACTUATOR = 64;
+/**
+ * Lease requests of one actuator awaiting their reply, on top of the commands its queue
+ * holds (queueLimit waiting and one at the device, which the core itself answers
+ * OVERLOADED beyond): room for a burst of acquires and renewals while a grant commits.
+ */
+export const LEASE_REQUEST_ROOM_PER_ACTUATOR = 32;
+
+/** Which per-actuator budget a request counts against: reads apart, so no flood of them takes the room of leases and commands. */
+type PendingKind = "reads" | "requests";
 
 export interface MqttLinkCounters {
   requests: number;
@@ -83,7 +104,9 @@ export function streamBuilder(mqtt: MqttConfig): () => net.Socket {
 export class MqttLink implements Outbox {
   private client: MqttClient | null = null;
   private sink: RequestSink | null = null;
-  private readonly routes = new Map<number, { id: string; route: ReplyRoute }>();
+  private readonly routes = new Map<number, { id: string; route: ReplyRoute; actuator: string; kind: PendingKind }>();
+  /** Replies owed per actuator and kind (entries vanish at zero). */
+  private readonly pending = new Map<string, Record<PendingKind, number>>();
   private reconnectMs: number;
   readonly counters: MqttLinkCounters = { requests: 0, unanswerable: new Map(), refusedAtEdge: new Map() };
   private readonly base: string;
@@ -91,6 +114,8 @@ export class MqttLink implements Outbox {
   private corked: Writable | null = null;
   /** stop() was called, or the client id was taken: no more reconnecting, no more asking. */
   private ended = false;
+  /** The acknowledgement callbacks of reply publishes the broker has not acknowledged yet. */
+  private readonly unacknowledgedReplies = new Set<unknown>();
 
   constructor(private readonly options: MqttLinkOptions) {
     this.base = options.mqtt.baseTopic;
@@ -129,11 +154,14 @@ export class MqttLink implements Outbox {
       ...(mqtt.password !== undefined ? { password: mqtt.password } : {}),
       will: { topic: statusTopic, payload: Buffer.from(gatewayStatusPayload(false)), qos: 1, retain: true },
     };
-    const client = new MqttClient(streamBuilder(mqtt), clientOptions);
+    const socket = streamBuilder(mqtt);
+    const limit = maxPacketBytes(mqtt.maxPayloadBytes);
+    const client = new MqttClient(() => new GuardedStream(socket(), limit, (packet, raw) => this.onOversized(packet, raw)), clientOptions);
     this.client = client;
     client.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet));
     client.on("error", (err) => log.warn({ err: err.message }, "MQTT error"));
     client.on("close", () => {
+      this.dropUnacknowledgedReplies(client);
       client.options.reconnectPeriod = this.reconnectMs;
       this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
       if (!this.ended) void this.askWhoTookTheId(client);
@@ -191,6 +219,20 @@ export class MqttLink implements Outbox {
     map.set(key, (map.get(key) ?? 0) + 1);
   }
 
+  /**
+   * A packet over the limit went by unread (see packet-guard.ts). A QoS 1 PUBLISH is still
+   * acknowledged, or the broker would keep its delivery slot to the gateway taken. (The
+   * gateway subscribes at QoS 1, so the broker sends it nothing at QoS 2.)
+   */
+  private onOversized(packet: DroppedPacket, socket: Writable): void {
+    if (packet.type === PUBLISH_TYPE && packet.qos === 1 && packet.packetId !== null) socket.write(pubackPacket(packet.packetId, this.v5));
+    this.count(this.counters.unanswerable, "TOO_LARGE");
+    this.options.log.warn(
+      { cause: "TOO_LARGE", bytes: packet.bytes, type: packet.type, limitBytes: maxPacketBytes(this.options.mqtt.maxPayloadBytes) },
+      "an MQTT packet over the size limit was dropped unread",
+    );
+  }
+
   private onMessage(topic: string, payload: Buffer, packet: IPublishPacket): void {
     // The PUBACK mqtt.js writes after this handler joins the turn's one write, instead of a
     // write of its own ahead of the command's way to the journal.
@@ -225,31 +267,61 @@ export class MqttLink implements Outbox {
       this.publishReply(route, identityReplyPayload(request.id, this.options.identity));
       return;
     }
-    if (this.routes.size >= this.options.maxPendingReplies) {
-      this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message: "The gateway has too many requests in progress; retry shortly." } }));
+    const kind: PendingKind = request.verb === "read" ? "reads" : "requests";
+    const pending = this.pending.get(request.actuator) ?? { reads: 0, requests: 0 };
+    if (pending[kind] >= (kind === "reads" ? this.options.maxPendingReadsPerActuator : this.options.maxPendingRequestsPerActuator)) {
+      const what = kind === "reads" ? "reads" : "lease requests and commands";
+      const message = `${request.actuator} has ${pending[kind]} ${what} in progress, the most it takes at once; retry shortly.`;
+      this.count(this.counters.refusedAtEdge, "OVERLOADED");
+      this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message } }));
       return;
     }
+    pending[kind]++;
+    this.pending.set(request.actuator, pending);
     const ref = sink.allocateRef();
-    this.routes.set(ref, { id: request.id, route });
+    this.routes.set(ref, { id: request.id, route, actuator: request.actuator, kind });
     sink.submit(request.actuator, ref, request);
   }
 
   private publishReply(route: ReplyRoute, payload: string): void {
     const opts: IClientPublishOptions = { qos: 1, retain: false };
+    const acknowledged: PacketCallback = () => this.unacknowledgedReplies.delete(acknowledged);
+    this.unacknowledgedReplies.add(acknowledged);
     if (route.kind === "responseTopic") {
       if (route.correlationData) opts.properties = { correlationData: route.correlationData };
-      this.publish(route.responseTopic, payload, opts);
-    } else {
-      this.publish(route.holderTopic, payload, opts);
+      if (!this.publish(route.responseTopic, payload, opts, acknowledged)) acknowledged();
+    } else if (!this.publish(route.holderTopic, payload, opts, acknowledged)) {
+      acknowledged();
     }
   }
 
-  /** Publishes only while connected: a reply owed to a dead connection is not queued up. */
-  private publish(topic: string, payload: string, opts: IClientPublishOptions): void {
+  /**
+   * mqtt.js keeps every unacknowledged QoS 1 publish and re-sends it first thing on the next
+   * connection, clean session or not. A reply whose publish made the broker cut the
+   * connection (a topic it refuses) would then cut every later connection too, before the
+   * gateway could even subscribe. Replies are the one thing an outsider shapes, and a lost
+   * reply is already a normal case the contract handles (a retried acquire returns the live
+   * lease, a retried command is DUPLICATE with its original outcome): drop them. States and
+   * events keep mqtt.js's re-send; the gateway composes them alone.
+   */
+  private dropUnacknowledgedReplies(client: MqttClient): void {
+    let dropped = 0;
+    for (const [messageId, pending] of Object.entries(client.outgoing)) {
+      if (!this.unacknowledgedReplies.has(pending.cb)) continue;
+      client.removeOutgoingMessage(Number(messageId)); // calls the callback: it leaves the set
+      dropped++;
+    }
+    this.unacknowledgedReplies.clear();
+    if (dropped > 0) this.options.log.warn({ dropped }, "the MQTT connection dropped with replies unacknowledged; they are not re-sent (requesters retry)");
+  }
+
+  /** Publishes only while connected (a reply owed to a dead connection is not queued up); false if not. */
+  private publish(topic: string, payload: string, opts: IClientPublishOptions, acknowledged?: PacketCallback): boolean {
     const client = this.client;
-    if (!client?.connected) return;
+    if (!client?.connected) return false;
     this.coalesceWrites(client);
-    client.publish(topic, payload, opts);
+    client.publish(topic, payload, opts, acknowledged);
+    return true;
   }
 
   /**
@@ -270,11 +342,16 @@ export class MqttLink implements Outbox {
   }
 
   reply(ref: number, reply: OutboundReply): void {
-    const pending = this.routes.get(ref);
-    if (!pending) return;
+    const owed = this.routes.get(ref);
+    if (!owed) return;
     this.routes.delete(ref);
-    const payload = "state" in reply ? readReplyPayload(pending.id, reply.state) : replyPayload(pending.id, reply);
-    this.publishReply(pending.route, payload);
+    const pending = this.pending.get(owed.actuator);
+    if (pending) {
+      pending[owed.kind]--;
+      if (pending.reads === 0 && pending.requests === 0) this.pending.delete(owed.actuator);
+    }
+    const payload = "state" in reply ? readReplyPayload(owed.id, reply.state) : replyPayload(owed.id, reply);
+    this.publishReply(owed.route, payload);
   }
 
   event(actuator: string, event: CoreEvent & { readonly at: Date }): void {
@@ -322,6 +399,8 @@ export class MqttLink implements Outbox {
 
 /** MQTT 5 DISCONNECT reason: another connection took this client id. */
 const SESSION_TAKEN_OVER = 0x8e;
+/** The MQTT control packet type of PUBLISH. */
+const PUBLISH_TYPE = 3;
 
 /** How long a clean shutdown waits on the broker for each of `offline` and the disconnect. */
 const STOP_GRACE_MS = 2000;

@@ -13,6 +13,8 @@ export interface StateJson {
   readonly fence: { readonly token: number; readonly seq: number | null };
   readonly points: PointValues;
   readonly at: string;
+  /** An extension: how long before `at` the device last answered a read; null: not since the gateway started. */
+  readonly pointsAgeMs: number | null;
   /** Extensions, after the contract's keys. The gateway serving the actuator (its status topic tells whether this state is current). */
   readonly gateway: string;
   /** The gateway's own safe-value write while it is owed, else null. */
@@ -38,6 +40,7 @@ export function stateJson(s: StateView): StateJson {
     fence: { token: s.fence.token, seq: s.fence.seq },
     points: sortedPoints(s.points),
     at: s.at.toISOString(),
+    pointsAgeMs: s.pointsAgeMs,
     gateway: s.gateway,
     safeWrite: s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
     // The extensions appear only when they have something to say.

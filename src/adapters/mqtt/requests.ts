@@ -5,21 +5,29 @@
  * Order of work, each step only once the previous one passed:
  *  1. size (before any decoding), UTF-8, JSON, root is an object: failing any of these we
  *     know neither `id` nor, without a v5 Response Topic, where to reply → `unanswerable`;
- *  2. `id` (1..128 printable ASCII) and the route (a publishable v5 Response Topic, else a
- *     valid `holder`, else for `read` without `holder` the `_` topic) → else `unanswerable`;
- *  3. full validation → `refused` with `INVALID_REQUEST` naming the first offending field;
- *  4. the retain flag → `refused` with `RETAINED_REQUEST` (it ranks after INVALID_REQUEST);
- *  5. → `request`.
+ *  2. `id` (1..128 printable ASCII) and the route (a v5 Response Topic, else a valid
+ *     `holder`, else for `read` without `holder` the `_` topic) → else `unanswerable`;
+ *  3. a Response Topic or Correlation Data the gateway will not reply with → `refused` with
+ *     `INVALID_REQUEST` on the holder route (`unanswerable` without one);
+ *  4. full validation → `refused` with `INVALID_REQUEST` naming the first offending field;
+ *  5. the retain flag → `refused` with `RETAINED_REQUEST` (it ranks after INVALID_REQUEST);
+ *  6. → `request`.
  */
 import * as z from "zod";
 import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
-import { HOLDER_RE, isActuatorId, isPublishableTopic, replyTopic, type RequestVerb } from "./topics.ts";
+import { HOLDER_RE, isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "./topics.ts";
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024;
 export const MAX_SET_POINTS = 64;
 export const POINT_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 export const ID_RE = /^[\x20-\x7e]{1,128}$/;
+/**
+ * The longest v5 Correlation Data the gateway echoes, in bytes: every reply owed holds it,
+ * and the reply must stay far below the broker's packet limit. Request ids (at most 128
+ * characters) and UUIDs fit many times over.
+ */
+export const MAX_CORRELATION_DATA_BYTES = 1024;
 const MAX = Number.MAX_SAFE_INTEGER;
 
 export interface RequestLimits {
@@ -48,12 +56,15 @@ export interface RenewReq extends Base {
   readonly token: number;
   /** Authenticated actuators only; null when absent. */
   readonly mac: string | null;
+  /** Authenticated actuators only (rises with each signed renew or release of the lease); null when absent. */
+  readonly counter: number | null;
 }
 export interface ReleaseReq extends Base {
   readonly verb: "lease/release";
   readonly holder: string;
   readonly token: number;
   readonly mac: string | null;
+  readonly counter: number | null;
 }
 export interface CommandReq extends Base {
   readonly verb: "command";
@@ -130,14 +141,14 @@ function own(o: Record<string, unknown>, k: string): unknown {
 
 const FIELDS: Readonly<Record<RequestVerb, readonly string[]>> = {
   "lease/acquire": ["id", "holder", "ttlMs"],
-  "lease/renew": ["id", "holder", "token", "mac"],
-  "lease/release": ["id", "holder", "token", "mac"],
+  "lease/renew": ["id", "holder", "token", "mac", "counter"],
+  "lease/release": ["id", "holder", "token", "mac", "counter"],
   command: ["id", "holder", "token", "seq", "set", "deadlineMs", "mac"],
   read: ["id", "holder"],
 };
 
 /** Fields whose JSON literal must be a plain integer (no fraction, no exponent). */
-const INTEGER_FIELDS = ["ttlMs", "token", "seq", "deadlineMs"] as const;
+const INTEGER_FIELDS = ["ttlMs", "token", "seq", "deadlineMs", "counter"] as const;
 const INTEGER_LITERAL_RE = /^-?(?:0|[1-9][0-9]*)$/;
 
 function messages(limits: RequestLimits): Readonly<Record<string, string>> {
@@ -150,6 +161,7 @@ function messages(limits: RequestLimits): Readonly<Record<string, string>> {
     set: `set must be an object of 1 to ${MAX_SET_POINTS} points, each a point name mapped to a finite number`,
     deadlineMs: `deadlineMs must be an integer from 1 to ${limits.maxDeadlineMs}`,
     mac: "mac must be 64 lowercase hexadecimal characters (HMAC-SHA256)",
+    counter: `counter must be an integer from 1 to ${MAX}`,
   };
 }
 
@@ -176,10 +188,11 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
   const token = safeInt(1, MAX);
   // Authenticated actuators (an extension): see src/core/signature.ts.
   const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
+  const counter = safeInt(1, MAX).optional();
   return {
     "lease/acquire": z.strictObject({ id, holder, ttlMs: safeInt(limits.minTtlMs, limits.maxTtlMs) }),
-    "lease/renew": z.strictObject({ id, holder, token, mac }),
-    "lease/release": z.strictObject({ id, holder, token, mac }),
+    "lease/renew": z.strictObject({ id, holder, token, mac, counter }),
+    "lease/release": z.strictObject({ id, holder, token, mac, counter }),
     command: z.strictObject({
       id,
       holder,
@@ -287,7 +300,15 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
       return { verb: inc.verb, actuator, id, holder: str("holder"), ttlMs: num("ttlMs") };
     case "lease/renew":
     case "lease/release":
-      return { verb: inc.verb, actuator, id, holder: str("holder"), token: num("token"), mac: hasOwn(obj, "mac") ? str("mac") : null };
+      return {
+        verb: inc.verb,
+        actuator,
+        id,
+        holder: str("holder"),
+        token: num("token"),
+        mac: hasOwn(obj, "mac") ? str("mac") : null,
+        counter: hasOwn(obj, "counter") ? num("counter") : null,
+      };
     case "command": {
       const set: Record<string, number> = {};
       // Safe: every name passed POINT_NAME_RE and is not an Object.prototype member.
@@ -310,12 +331,8 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
   }
 }
 
-function routeOf(inc: IncomingRequest, obj: Record<string, unknown>): ReplyRoute | null {
-  if (inc.responseTopic !== undefined && isPublishableTopic(inc.responseTopic)) {
-    return inc.correlationData === undefined
-      ? { kind: "responseTopic", responseTopic: inc.responseTopic }
-      : { kind: "responseTopic", responseTopic: inc.responseTopic, correlationData: inc.correlationData };
-  }
+/** The route without a Response Topic: `B/A/reply/H`, or `B/A/reply/_` for a read with no holder key. */
+function holderRoute(inc: IncomingRequest, obj: Record<string, unknown>): ReplyRoute | null {
   if (inc.verb === "read" && !hasOwn(obj, "holder")) {
     return { kind: "holderTopic", holderTopic: replyTopic(inc.base, inc.actuator, undefined) };
   }
@@ -324,6 +341,15 @@ function routeOf(inc: IncomingRequest, obj: Record<string, unknown>): ReplyRoute
     return { kind: "holderTopic", holderTopic: replyTopic(inc.base, inc.actuator, holder) };
   }
   return null;
+}
+
+/** Why the request's Response Topic or Correlation Data cannot carry the reply, or null. */
+function responseProblem(inc: IncomingRequest): string | null {
+  if (inc.responseTopic === undefined) return null;
+  const problem = responseTopicProblem(inc.base, inc.responseTopic);
+  if (problem !== null) return problem;
+  const size = inc.correlationData?.byteLength ?? 0;
+  return size > MAX_CORRELATION_DATA_BYTES ? `the correlation data is ${size} bytes long; at most ${MAX_CORRELATION_DATA_BYTES} are allowed` : null;
 }
 
 /**
@@ -355,14 +381,22 @@ export function parseRequest(inc: IncomingRequest): ParseResult {
   if (typeof id !== "string" || !ID_RE.test(id)) {
     return { kind: "unanswerable", cause: "NO_ID", reason: "the id is missing or is not 1 to 128 printable ASCII characters" };
   }
-  const route = routeOf(inc, obj);
+  const problem = responseProblem(inc);
+  const route: ReplyRoute | null =
+    inc.responseTopic !== undefined && problem === null
+      ? { kind: "responseTopic", responseTopic: inc.responseTopic, ...(inc.correlationData === undefined ? {} : { correlationData: inc.correlationData }) }
+      : holderRoute(inc, obj);
   if (route === null) {
     return {
       kind: "unanswerable",
       cause: "NO_ROUTE",
-      reason: "the request has no usable response topic and no valid holder, so there is nowhere to reply",
+      reason:
+        problem === null
+          ? "the request has no response topic and no valid holder, so there is nowhere to reply"
+          : `the request cannot be answered where it asks (${problem}) and has no valid holder to reply to instead`,
     };
   }
+  if (problem !== null) return { kind: "refused", code: "INVALID_REQUEST", message: problem, id, route };
   const checked = validate(inc, obj, scanJson(text));
   if (!checked.ok) return { kind: "refused", code: "INVALID_REQUEST", message: checked.message, id, route };
   if (inc.retain) {

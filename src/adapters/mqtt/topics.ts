@@ -76,15 +76,72 @@ export function requestSubscriptions(base: string): readonly string[] {
   return [`${base}/+/lease/+`, `${base}/+/command`, `${base}/+/read`];
 }
 
+/** The longest v5 Response Topic the gateway replies to, in UTF-8 bytes. */
+export const MAX_RESPONSE_TOPIC_BYTES = 1024;
 /**
- * Whether `s` may be used as an MQTT topic name to publish to: non-empty, no wildcard
- * (`+`, `#`), no U+0000, at most 65535 UTF-8 bytes (MQTT 5 §4.7, §1.5.4).
+ * The most levels a v5 Response Topic may have: well inside what brokers accept (Mosquitto
+ * 2.0 disconnects a client that publishes to more than 201 levels; EMQX refuses more than
+ * 128 by default), and far more than any reply scheme needs.
  */
-export function isPublishableTopic(s: string): boolean {
-  return (
-    s.length > 0 &&
-    !/[+#\u0000]/.test(s) &&
-    !/[\uD800-\uDFFF]/.test(s.replace(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g, "")) &&
-    Buffer.byteLength(s, "utf8") <= 65_535
-  );
+export const MAX_RESPONSE_TOPIC_LEVELS = 32;
+
+/**
+ * The first code point a broker refuses in a topic name (Mosquitto 2.0 disconnects the
+ * publisher), or null: NUL and the other C0 controls, DEL and the C1 controls, the
+ * non-characters U+FDD0..U+FDEF and U+xFFFE/U+xFFFF, and a UTF-16 surrogate standing
+ * alone (it has no UTF-8 encoding).
+ */
+function refusedCodePoint(topic: string): number | null {
+  for (const ch of topic) {
+    const cp = ch.codePointAt(0) ?? 0;
+    const control = cp <= 0x1f || (cp >= 0x7f && cp <= 0x9f);
+    const nonCharacter = (cp >= 0xfdd0 && cp <= 0xfdef) || (cp & 0xfffe) === 0xfffe;
+    if (control || nonCharacter || (cp >= 0xd800 && cp <= 0xdfff)) return cp;
+  }
+  return null;
+}
+
+/**
+ * The topics the gateway serves or publishes under `B/`: requests, states, events and the
+ * gateway status. A reply published there would pass for one of them (a non-retained
+ * "state" to a watcher, a request to the gateway itself), with the gateway's rights, which
+ * a broker ACL cannot take away because the gateway needs them.
+ */
+function ownTopicFilters(base: string): readonly string[] {
+  return [...requestSubscriptions(base), `${base}/+/state`, `${base}/+/events`, `${base}/gateway/#`];
+}
+
+/** Whether `topic` matches the MQTT topic filter `filter` (`+` one level, `#` the rest). */
+export function topicMatches(filter: string, topic: string): boolean {
+  const f = filter.split("/");
+  const t = topic.split("/");
+  for (let i = 0; i < f.length; i++) {
+    if (f[i] === "#") return true;
+    if (i >= t.length || (f[i] !== "+" && f[i] !== t[i])) return false;
+  }
+  return f.length === t.length;
+}
+
+/**
+ * Why the gateway will not publish a reply to `topic`, a v5 Response Topic chosen by the
+ * requester, as one sentence naming the problem; null if it may. Refused: what the broker
+ * would refuse (and disconnect the gateway for, again on every reconnect while the reply is
+ * re-sent): empty, wildcards, forbidden code points, too long or too many levels; `$`
+ * topics (the broker's own); and the gateway's own topics under `B/` (see ownTopicFilters).
+ */
+export function responseTopicProblem(base: string, topic: string): string | null {
+  if (topic.length === 0) return "the response topic is empty";
+  const bytes = Buffer.byteLength(topic, "utf8");
+  if (bytes > MAX_RESPONSE_TOPIC_BYTES) return `the response topic is ${bytes} bytes long; at most ${MAX_RESPONSE_TOPIC_BYTES} are allowed`;
+  const levels = topic.split("/").length;
+  if (levels > MAX_RESPONSE_TOPIC_LEVELS) return `the response topic has ${levels} levels; at most ${MAX_RESPONSE_TOPIC_LEVELS} are allowed`;
+  if (/[+#]/.test(topic)) return "the response topic contains a wildcard ('+' or '#'); a reply cannot be published to it";
+  const refused = refusedCodePoint(topic);
+  if (refused !== null) return `the response topic contains U+${refused.toString(16).toUpperCase().padStart(4, "0")}, a character brokers refuse in a topic`;
+  // Mosquitto, for one, takes commands on $CONTROL/: never publish there with the gateway's rights.
+  if (topic.startsWith("$")) return "the response topic starts with '$', which brokers reserve for their own topics";
+  if (ownTopicFilters(base).some((f) => topicMatches(f, topic))) {
+    return `the response topic is one of the gateway's own topics (requests, state, events or status under ${base}/); reply topics may be ${base}/<actuator>/reply/..., ${base}/_client/... or outside ${base}/`;
+  }
+  return null;
 }
