@@ -104,7 +104,7 @@ function parse(argv: string[]): LogArgs | "help" {
   const limit = /^[0-9]{1,5}$/.test(limitText) ? Number(limitText) : Number.NaN;
   if (!(limit >= 1 && limit <= MAX_AUDIT_PAGE)) throw new UsageError(`--limit must be a whole number from 1 to ${MAX_AUDIT_PAGE}`);
   if (values.config !== undefined && values.journal !== undefined) throw new UsageError("give --config or --journal, not both");
-  const configFile = values.config ?? (values.journal === undefined ? process.env.FENCEGATE_CONFIG : undefined);
+  const configFile = values.config ?? (values.journal === undefined ? process.env.FENCEGATE_CONFIG || undefined : undefined);
   let journal = values.journal;
   if (journal === undefined) {
     if (configFile === undefined) throw new UsageError("say where the journal is: --config FILE (the daemon's) or --journal FILE");

@@ -18,6 +18,7 @@
  * prunes older ones). Refusals are not in it: they change nothing (B/A/events has them).
  */
 import Database from "better-sqlite3";
+import { existsSync } from "node:fs";
 import type { Outcome, PointValues } from "../../core/types.ts";
 import { FAILURE_CODES, isCount, isOutcome, isPointValues } from "./records.ts";
 import { APPLICATION_ID, SCHEMA_VERSION } from "./sqlite.ts";
@@ -208,7 +209,7 @@ function parseJson<T>(text: unknown, valid: (x: unknown) => x is T): T | null {
 function explain(path: string, error: unknown): AuditError {
   const code = (error as { code?: unknown }).code;
   const message = error instanceof Error ? error.message : String(error);
-  if (code === "SQLITE_CANTOPEN" && /does not exist|unable to open/.test(message)) {
+  if (/does not exist/.test(message) || (code === "SQLITE_CANTOPEN" && !existsSync(path))) {
     return new AuditError("JOURNAL_MISSING", `${path} cannot be opened (${message}): check journal.path (--config or --journal) and that this user may read it and its directory.`);
   }
   if (typeof code === "string" && /^SQLITE_(CANTOPEN|READONLY|PERM|AUTH)/.test(code)) {

@@ -80,7 +80,7 @@ function drawCounters(c) {
   const items = [
     { label: `${c.online} online`, what: "actuators online", cls: "good", test: (a) => a.online },
     { label: `${c.offline} offline`, what: "actuators offline", cls: c.offline > 0 ? "bad" : "", test: (a) => !a.online },
-    { label: `${c.leases} leases held`, what: "actuators under a lease", cls: "", test: (a) => a.lease !== null },
+    { label: `${c.leases} ${c.leases === 1 ? "lease" : "leases"} held`, what: "actuators under a lease", cls: "", test: (a) => a.lease !== null },
   ];
   const codes = Object.entries(c.refusalsLastMinute);
   if (codes.length === 0) items.push({ label: "0 refused (1 min)", what: "actuators with a refusal in the last minute", cls: "", test: (a) => Object.keys(a.refusalsLastMinute).length > 0 });
