@@ -15,7 +15,7 @@ import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { pino } from "pino";
 import { SerialPort } from "serialport";
 import { markPath } from "../adapters/journal/mark.ts";
-import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
+import { lockPath, openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { ModbusBus, busLink } from "../adapters/modbus/bus.ts";
 import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
@@ -704,7 +704,8 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   } catch {
     return [{ check, status: "fail", message: `${file} is not readable and writable by ${os.userInfo().username}.`, fix: `chown fencegate: ${file}*` }];
   }
-  const holders = lockHolders(stat);
+  // The daemon's single-writer lock is on <journal>.lock (the database itself runs WAL's shared locking).
+  const holders = fs.existsSync(lockPath(file)) ? lockHolders(fs.statSync(lockPath(file))) : [];
   const copyDir = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-doctor-"));
   const copy = path.join(copyDir, "journal.db");
   try {
