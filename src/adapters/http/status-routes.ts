@@ -96,27 +96,20 @@ export class StatusRoutes {
   /** Serves `url` if it is one of the page's; false when it is not (the caller answers 404). */
   handle(req: IncomingMessage, res: ServerResponse, url: URL): boolean {
     const asset = this.assets.get(url.pathname);
-    if (asset !== undefined) {
-      if (url.search !== "") return fail(res, 400, "INVALID_REQUEST", "The page takes no query parameters."), true;
-      this.serveAsset(req, res, asset);
-      return true;
-    }
-    if (url.pathname === "/api/status") {
-      if (url.search !== "") return fail(res, 400, "INVALID_REQUEST", "/api/status takes no query parameters."), true;
-      json(res, 200, { ...this.options.board.snapshot(), streams: this.streams.counts() });
-      return true;
-    }
-    if (url.pathname === "/api/events") {
-      if (url.search !== "") return fail(res, 400, "INVALID_REQUEST", "/api/events takes no query parameters."), true;
-      this.streams.open(req, res);
-      return true;
-    }
     const audit = /^\/api\/actuators\/([^/]*)\/audit$/.exec(url.pathname);
-    if (audit) {
+    if (asset === undefined && audit === null && url.pathname !== "/api/status" && url.pathname !== "/api/events") return false;
+    if (audit !== null) {
       void this.serveAudit(res, decodeSegment(audit[1]!), url.searchParams);
-      return true;
+    } else if (url.search !== "") {
+      fail(res, 400, "INVALID_REQUEST", `${url.pathname} takes no query parameters.`);
+    } else if (asset !== undefined) {
+      this.serveAsset(req, res, asset);
+    } else if (url.pathname === "/api/status") {
+      json(res, 200, { ...this.options.board.snapshot(), streams: this.streams.counts() });
+    } else {
+      this.streams.open(req, res);
     }
-    return false;
+    return true;
   }
 
   /** Open event streams, and how many were closed for reading too slowly. */
