@@ -63,6 +63,12 @@ function rssMb(pid: number): number {
   return m ? Number(m[1]) / 1024 : Number.NaN;
 }
 
+/** The process's CPU time so far (user + system), ms: /proc/<pid>/stat fields 14 and 15, in clock ticks of 10 ms. */
+function cpuMs(pid: number): number {
+  const fields = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
 function fetchBytes(url: string, gzip: boolean): Promise<number> {
   return new Promise((resolve, reject) => {
     http.get(url, { headers: gzip ? { "accept-encoding": "gzip" } : {} }, (res) => {
@@ -169,14 +175,22 @@ async function main(): Promise<void> {
     // Latency with none and with 50 event streams, alternating, in the same run.
     const none: Dist[] = [];
     const fifty: Dist[] = [];
+    const cpuNone: number[] = [];
+    const cpuFifty: number[] = [];
+    const measure = async (cpu: number[]): Promise<Dist> => {
+      const before = cpuMs(pid);
+      const d = dist(await run(COMMANDS));
+      cpu.push((cpuMs(pid) - before) / COMMANDS);
+      return d;
+    };
     const fiftyRss: number[] = [];
     let streamedBytes = 0;
     for (let r = 0; r < REPEATS; r++) {
-      none.push(dist(await run(COMMANDS)));
+      none.push(await measure(cpuNone));
       const feeds = await Promise.all(Array.from({ length: FEEDS }, () => openFeed(`${base}/api/events`)));
       const rss: number[] = [];
       const sampler = setInterval(() => rss.push(rssMb(pid)), 100);
-      fifty.push(dist(await run(COMMANDS)));
+      fifty.push(await measure(cpuFifty));
       clearInterval(sampler);
       fiftyRss.push(Math.max(...rss));
       streamedBytes += feeds.reduce((n, f) => n + f.bytes(), 0);
@@ -193,6 +207,7 @@ async function main(): Promise<void> {
       pageWeight: { files: Object.fromEntries(files.map((f, i) => [f, { bytes: plain[i], gzip: gzipped[i] }])), totalBytes: plain.reduce((x, y) => x + y, 0), totalGzip: gzipped.reduce((x, y) => x + y, 0), apiStatusBytes: statusBytes },
       runtime: process.env["FENCEGATE_RUNTIME"],
       rssMb: { idlePageOff: offRss, idle: idleRss, pageOpenFeedRunning: pageRss, fiftyFeeds: median(fiftyRss) },
+      daemonCpuMsPerCommand: { noFeeds: median(cpuNone), fiftyFeeds: median(cpuFifty) },
       latencyMs: { noFeeds: floor, fiftyFeeds: loaded, ratioP50: loaded.p50 / floor.p50, ratioP99: loaded.p99 / floor.p99 },
       streamedMbPerFeed: streamedBytes / FEEDS / REPEATS / 1e6,
     };
@@ -201,6 +216,7 @@ async function main(): Promise<void> {
     console.log(`  page weight      ${result.pageWeight.totalBytes} B (gzip ${result.pageWeight.totalGzip} B): ${files.map((f, i) => `${f} ${plain[i]}/${gzipped[i]}`).join(", ")}; /api/status ${statusBytes} B`);
     console.log(`  daemon RSS       page off, idle ${f2(offRss)} MB; page on, after 200 commands ${f2(idleRss)} MB; page open, feed running ${f2(pageRss)} MB; ${FEEDS} feeds ${f2(result.rssMb.fiftyFeeds)} MB`);
     console.log(`  command latency  no feeds p50 ${f2(floor.p50)} ms p99 ${f2(floor.p99)} ms (the floor); ${FEEDS} feeds p50 ${f2(loaded.p50)} ms p99 ${f2(loaded.p99)} ms (×${f2(result.latencyMs.ratioP50)} p50, ×${f2(result.latencyMs.ratioP99)} p99)`);
+    console.log(`  daemon CPU       per command (user + system): no feeds ${result.daemonCpuMsPerCommand.noFeeds.toFixed(3)} ms; ${FEEDS} feeds ${result.daemonCpuMsPerCommand.fiftyFeeds.toFixed(3)} ms`);
     const out = path.join(import.meta.dirname, "results", `status-${result.at.replace(/[:.]/g, "-")}.json`);
     fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     console.log(`  ${path.relative(process.cwd(), out)}`);
