@@ -3,13 +3,16 @@
  * default and on loopback; beyond loopback it needs credentials, or the configuration is
  * refused with a sentence saying why.
  */
+import { execFile } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
+import { promisify } from "node:util";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { ConfigError, loadConfigFile, parseConfig } from "../../src/config/index.ts";
 import { isLoopbackHost } from "../../src/config/schema.ts";
+import { FENCEGATE_BIN } from "../support/daemon.ts";
 import { minimalConfig } from "./fixture.ts";
 import { onlyProblem } from "./helpers.ts";
 
@@ -30,6 +33,15 @@ describe("HTTP port settings", () => {
     const problem = onlyProblem(withMetrics({ host: "0.0.0.0" }));
     expect(problem.path).toBe("metrics.host");
     expect(problem.message).toBe("The status page would be open to anyone who reaches 0.0.0.0: add metrics.auth (a token, or a username and password), or bind to 127.0.0.1.");
+  });
+
+  it("the daemon refuses to start on it: exit 78, with the sentence", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "fencegate-http-config-"));
+    const file = join(dir, "gateway.yaml");
+    writeFileSync(file, stringify(withMetrics({ host: "0.0.0.0" })));
+    const run = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { encoding: "utf8" }).catch((e: { code: number; stderr: string }) => e);
+    expect(run).toMatchObject({ code: 78 });
+    expect((run as { stderr: string }).stderr).toMatch(/metrics\.host.*The status page would be open to anyone who reaches 0\.0\.0\.0: add metrics\.auth/);
   });
 
   it("takes a token or a username and password beyond loopback", () => {
