@@ -229,6 +229,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
             return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs };
           },
           journalProblem: () => journal.problem(),
+          healthProblem: () => health.problem(),
         },
       });
       statusRoutes = new StatusRoutes({

@@ -449,10 +449,18 @@ async function probeFenced(check: string, unit: number, bus: string, device: Mod
 // ---------------------------------------------------------------------------------------
 // Metrics
 
-/** The metrics listener answers without authentication: say so when it is not on loopback. */
+/** The HTTP port beyond loopback: say who can read it (anyone, or whoever has the credentials, in clear). */
 export function checkMetrics(config: GatewayConfig): Finding[] {
-  const { enabled, host, port } = config.metrics;
+  const { enabled, host, port, auth } = config.metrics;
   if (!enabled || isLoopbackHost(host)) return [];
+  if (auth !== undefined) {
+    return [{
+      check: "metrics",
+      status: "info",
+      message: `/metrics, /healthz and the status page listen on ${host}:${port} and ask for the credentials of metrics.auth, which travel in clear over plain HTTP.`,
+      fix: "On a network you do not trust, keep metrics.host: 127.0.0.1 behind a TLS reverse proxy, or an SSH tunnel.",
+    }];
+  }
   return [{
     check: "metrics",
     status: "warn",

@@ -32,7 +32,15 @@ describe("HTTP port settings", () => {
   it("refuses a status page beyond loopback without credentials, saying why", () => {
     const problem = onlyProblem(withMetrics({ host: "0.0.0.0" }));
     expect(problem.path).toBe("metrics.host");
-    expect(problem.message).toBe("The status page would be open to anyone who reaches 0.0.0.0: add metrics.auth (a token, or a username and password), or bind to 127.0.0.1.");
+    expect(problem.message).toBe(
+      "0.0.0.0 would serve the status page and /metrics (actuator ids, holders, error rates, bus states) without authentication beyond this machine: add metrics.auth (a token, or a username and password), or keep 127.0.0.1 and use a tunnel or proxy; without credentials, only with metrics.statusPage.enabled: false and metrics.allowNonLoopback: true, on a network you trust.",
+    );
+  });
+
+  it("refuses allowNonLoopback without credentials while the status page is on", () => {
+    const problem = onlyProblem(withMetrics({ host: "0.0.0.0", allowNonLoopback: true }));
+    expect(problem.path).toBe("metrics.host");
+    expect(problem.message).toBe("The status page would be open to anyone who reaches 0.0.0.0: add metrics.auth (a token, or a username and password), or set metrics.statusPage.enabled: false to serve only /metrics and /healthz there.");
   });
 
   it("the daemon refuses to start on it: exit 78, with the sentence", async () => {
@@ -41,7 +49,7 @@ describe("HTTP port settings", () => {
     writeFileSync(file, stringify(withMetrics({ host: "0.0.0.0" })));
     const run = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { encoding: "utf8" }).catch((e: { code: number; stderr: string }) => e);
     expect(run).toMatchObject({ code: 78 });
-    expect((run as { stderr: string }).stderr).toMatch(/metrics\.host.*The status page would be open to anyone who reaches 0\.0\.0\.0: add metrics\.auth/);
+    expect((run as { stderr: string }).stderr).toMatch(/metrics\.host.*0\.0\.0\.0 would serve the status page and \/metrics .* add metrics\.auth/);
   });
 
   it("takes a token or a username and password beyond loopback", () => {
@@ -74,9 +82,9 @@ describe("HTTP port settings", () => {
     expect(() => loadConfigFile(file("short-token"))).toThrow(/token in .*short-token must be at least 16 characters/);
   });
 
-  it("needs no credentials on loopback, or with the status page off", () => {
+  it("needs no credentials on loopback, or with the status page off and allowNonLoopback", () => {
     expect(() => parseConfig(withMetrics({ host: "::1" }))).not.toThrow();
-    expect(() => parseConfig(withMetrics({ host: "0.0.0.0", statusPage: { enabled: false } }))).not.toThrow();
+    expect(() => parseConfig(withMetrics({ host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } }))).not.toThrow();
   });
 
   it("tells loopback addresses from the others", () => {

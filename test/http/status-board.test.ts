@@ -14,7 +14,7 @@ function setup(expiry: "hold" | "safe" = "safe") {
     version: "1.2.3",
     clock,
     actuators: [{ id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry, points: [{ name: "position", unit: "%", writable: true }] }],
-    facts: { brokerConnected: () => true, buses: () => [{ name: "sim", up: true }], auditLag: () => ({ records: 2, oldestMs: 3.4 }), journalProblem: () => null },
+    facts: { brokerConnected: () => true, buses: () => [{ name: "sim", up: true }], auditLag: () => ({ records: 2, oldestMs: 3.4 }), journalProblem: () => null, healthProblem: () => null },
   });
   const event = (e: CoreEvent) => board.event("valve-1", { ...e, at: new Date(0) });
   const view = (patch: Partial<StateView> = {}): StateView => ({ actuator: "valve-1", online: true, lease: null, fence: { token: 0, seq: null }, points: {}, pointsAgeMs: null, gateway: "gw", safeWrite: null, pointFaults: {}, problem: null, at: new Date(0), ...patch });
@@ -67,28 +67,33 @@ describe("StatusBoard", () => {
     expect(board.actuator("valve-1")!.lastAccepted!.outcome).toBe("applied");
   });
 
-  it("shows a safe write pending from expiry until the device confirms it, and one it could not make as failed", () => {
-    const { board, event } = setup("safe");
-    event({ type: "expired", holder: "a", token: 1 });
-    expect(board.actuator("valve-1")!.safeWrite).toMatchObject({ state: "pending", token: null });
+  it("shows a safe write while the state says it is owed, with its attempts and why the last one did not settle it", () => {
+    const { board, event, view } = setup("safe");
+    const owed = (attempts: number) => view({ safeWrite: { token: 2, attempts, set: { position: 0 } } });
+    board.state(owed(0));
+    expect(board.actuator("valve-1")!.safeWrite).toMatchObject({ token: 2, attempts: 0, set: { position: 0 }, lastCode: null });
     event({ type: "accepted", holder: "@gateway", token: 2, seq: 0 });
-    expect(board.actuator("valve-1")!.safeWrite).toMatchObject({ state: "pending", token: 2 });
     expect(board.snapshot().feed.at(-1)).toMatchObject({ safeWrite: true });
-    event({ type: "applied", holder: "@gateway", token: 2, seq: 0 });
-    expect(board.actuator("valve-1")!.safeWrite).toBeNull();
-    event({ type: "expired", holder: "b", token: 3 });
-    event({ type: "accepted", holder: "@gateway", token: 4, seq: 0 });
-    event({ type: "outcome-unknown", holder: "@gateway", token: 4, seq: 0, code: "OUTCOME_UNKNOWN" });
-    expect(board.actuator("valve-1")!.safeWrite).toMatchObject({ state: "failed", code: "OUTCOME_UNKNOWN" });
+    event({ type: "outcome-unknown", holder: "@gateway", token: 2, seq: 0, code: "OUTCOME_UNKNOWN" });
+    board.state(owed(1));
+    expect(board.actuator("valve-1")!.safeWrite).toMatchObject({ attempts: 1, lastCode: "OUTCOME_UNKNOWN" });
     expect(board.gateway().counters.outcomeUnknownLastMinute).toBe(1);
-    event({ type: "granted", holder: "c", token: 5 });
+    board.state(view({ safeWrite: null }));
     expect(board.actuator("valve-1")!.safeWrite).toBeNull();
   });
 
-  it("never shows a safe write on a hold actuator", () => {
-    const { board, event } = setup("hold");
-    event({ type: "expired", holder: "a", token: 1 });
-    expect(board.actuator("valve-1")!.safeWrite).toBeNull();
+  it("shows point faults, the actuator's problem and the gateway serving it", () => {
+    const { board, view } = setup();
+    const changes: unknown[] = [];
+    board.subscribe((c) => changes.push(c));
+    board.state(view({ points: { position: 5 }, pointFaults: {}, problem: null }));
+    board.state(view({ points: {}, pointFaults: { position: "NaN" }, problem: "the device answers with malformed frames" }));
+    expect(changes).toHaveLength(2);
+    expect(board.actuator("valve-1")).toMatchObject({
+      gateway: "gw",
+      problem: "the device answers with malformed frames",
+      points: [{ name: "position", unit: "%", value: null, fault: "NaN" }],
+    });
   });
 
   it("follows a renewal's new expiry, and tells listeners only of changes of substance", () => {

@@ -1,8 +1,9 @@
 /**
- * The audit trail's reader (audit.ts) and what the journal gives it: schema 2's time per
+ * The audit trail's reader (audit.ts) and what the journal gives it: schema 3's time per
  * record, the migration of a schema 1 journal, a reader beside an open writer, and
  * whenDurable (the status page answers only with durable records).
  */
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,11 +13,13 @@ import { describe, expect, it } from "vitest";
 import { AuditError, AuditReader } from "../../src/adapters/journal/audit.ts";
 import { openSqliteJournal, SCHEMA_VERSION } from "../../src/adapters/journal/sqlite.ts";
 
+const SQLITE_MODULE = new URL("../../src/adapters/journal/sqlite.ts", import.meta.url).href;
+
 function newPath(): string {
   return join(mkdtempSync(join(tmpdir(), "fencegate-audit-")), "journal.db");
 }
 
-/** A journal as fencegate wrote it before schema 2 (its schema verbatim), with two commands. */
+/** A journal as fencegate wrote it at schema 1 (its schema verbatim), with two commands. */
 function schemaOneJournal(file: string): void {
   const db = new Database(file);
   db.pragma("journal_mode = WAL");
@@ -40,7 +43,7 @@ const intent = (token: number, seq: number, holder = "a") => ({ actuator: "valve
 const applied = (token: number, seq: number) => ({ actuator: "valve-1", record: { type: "outcome" as const, token, seq, outcome: { kind: "applied" as const, applied: { position: seq } } } });
 
 describe("audit trail", () => {
-  it("reads a schema 1 journal (no times), and the daemon migrates it to schema 2 keeping every record", () => {
+  it("reads a schema 1 journal (no times), and the daemon migrates it to schema 3 keeping every record", () => {
     const file = newPath();
     schemaOneJournal(file);
     const before = AuditReader.open(file);
@@ -53,7 +56,7 @@ describe("audit trail", () => {
 
     const journal = openSqliteJournal({ path: file, recentLimit: 10, wallNowMs: () => 1_800_000_000_000 });
     expect(journal.settings().schemaVersion).toBe(SCHEMA_VERSION);
-    expect(SCHEMA_VERSION).toBe(2);
+    expect(SCHEMA_VERSION).toBe(3);
     expect(journal.load().get("valve-1")).toMatchObject({ highestGranted: 3, fence: { token: 3, seq: 2 } });
     journal.commit([grant(4), intent(4, 1)]);
     journal.commit([applied(4, 1)]);
@@ -88,6 +91,27 @@ describe("audit trail", () => {
     reader.close();
     journal.close();
     expect(openSqliteJournal({ path: file, recentLimit: 1000 }).load().get("valve-1")!.recent).toHaveLength(20);
+  });
+
+  it("a reader after a crash leaves the journal as the crash did: the daemon starts on it again", () => {
+    const file = newPath();
+    // A gateway that commits and dies without closing: the -wal holds its commits, the mark says open.
+    const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", `
+      const { openSqliteJournal } = await import(${JSON.stringify(SQLITE_MODULE)});
+      const j = openSqliteJournal({ path: ${JSON.stringify(file)}, recentLimit: 10 });
+      j.load();
+      j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "a", token: 7 } }]);
+      process.exit(0);
+    `], { encoding: "utf8" });
+    expect(child.status, child.stderr).toBe(0);
+    expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
+    const reader = AuditReader.open(file);
+    expect(reader.actuators()).toEqual(["valve-1"]);
+    reader.close();
+    expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0); // a read-only reader neither checkpoints nor removes it
+    const journal = openSqliteJournal({ path: file, recentLimit: 10 });
+    expect(journal.load().get("valve-1")).toMatchObject({ highestGranted: 7 });
+    journal.close();
   });
 
   it("whenDurable waits for the commits written before it, not those after", async () => {
@@ -126,7 +150,7 @@ describe("audit trail", () => {
       throw new Error("expected a refusal");
     })();
     expect(error.code).toBe("JOURNAL_NEWER_VERSION");
-    expect(error.message).toMatch(/schema version 99; this fencegate reads up to 2/);
+    expect(error.message).toMatch(/schema version 99; this fencegate reads up to 3/);
   });
 
   it("bounds a page", () => {

@@ -28,6 +28,8 @@ export interface GatewayFacts {
   auditLag(): { readonly records: number; readonly oldestMs: number };
   /** Why the journal cannot commit, or null. */
   journalProblem(): string | null;
+  /** Why /healthz answers 503, or null while it answers 200. */
+  healthProblem(): string | null;
 }
 
 export interface ActuatorInfo {
@@ -85,12 +87,14 @@ interface RefusalSeen {
   readonly atMs: number;
 }
 
+/** The gateway's own safe write while the state says it is owed (it retries until the device confirms it). */
 interface SafeWriteSeen {
   readonly sinceMs: number;
-  token: number | null;
-  /** pending: queued or at the device; failed: the device did not confirm it (code says why). */
-  state: "pending" | "failed";
-  code: string | null;
+  readonly token: number;
+  readonly attempts: number;
+  readonly set: PointValues;
+  /** Why the last attempt did not settle it (a refusal or an unknown outcome), or null. */
+  lastCode: string | null;
 }
 
 /** Counts per key over the last minute, in one-second buckets: at most 60 of them. */
@@ -122,6 +126,11 @@ class ActuatorBoard {
   lease: { holder: string; token: number; expiresAtMs: number } | null = null;
   fence: Fence = { token: 0, seq: null };
   points: PointValues = {};
+  pointFaults: Readonly<Record<string, string>> = {};
+  /** Why it is offline or cannot be leased, when the gateway knows. */
+  problem: string | null = null;
+  /** The gateway serving it (its status topic says whether the state is current). */
+  gateway = "";
   /** When the device last answered a transaction (monotonic ms), and how long that took. */
   lastAnswerAtMs: number | null = null;
   lastAnswerRttMs: number | null = null;
@@ -178,36 +187,24 @@ export class StatusBoard {
           const set = intent !== null && intent.token === event.token && intent.seq === event.seq ? intent.set : null;
           a.lastAccepted = { holder: event.holder, token: event.token, seq: event.seq, atMs: nowMs, set, outcome: null };
         }
-        if (safeWrite && a.safeWrite !== null) a.safeWrite.token = event.token ?? null;
         break;
       case "applied":
         this.settle(a, event, "applied");
-        if (safeWrite) a.safeWrite = null;
         break;
       case "outcome-unknown":
         this.settle(a, event, "OUTCOME_UNKNOWN");
         a.outcomeUnknown.add(nowMs, "OUTCOME_UNKNOWN");
         a.outcomeUnknownTotal++;
-        if (safeWrite) this.safeWriteFailed(a, nowMs, "OUTCOME_UNKNOWN");
+        if (safeWrite && a.safeWrite !== null) a.safeWrite.lastCode = "OUTCOME_UNKNOWN";
         break;
       case "rejected": {
         const code = event.code ?? "UNKNOWN";
         a.lastRefusal = { holder: event.holder ?? null, token: event.token ?? null, seq: event.seq ?? null, code, atMs: nowMs };
         a.refusals.add(nowMs, code);
         this.settle(a, event, code);
-        if (safeWrite) {
-          // Superseded by a newer lease: nothing is left to do. Any other code: not done.
-          if (code === "STALE_TOKEN") a.safeWrite = null;
-          else this.safeWriteFailed(a, nowMs, code);
-        }
+        if (safeWrite && a.safeWrite !== null) a.safeWrite.lastCode = code;
         break;
       }
-      case "expired":
-        if (a.info.expiry === "safe" && event.code === undefined) a.safeWrite = { sinceMs: nowMs, token: null, state: "pending", code: null };
-        break;
-      case "granted":
-        a.safeWrite = null; // a controller holds it now; the safe write's token is stale
-        break;
       default:
         break;
     }
@@ -240,11 +237,24 @@ export class StatusBoard {
       a.fence.token !== view.fence.token ||
       a.fence.seq !== view.fence.seq ||
       !samePoints(a.points, view.points);
+    const safe = view.safeWrite;
+    const safeChanged = safe === null ? a.safeWrite !== null : a.safeWrite === null || a.safeWrite.token !== safe.token || a.safeWrite.attempts !== safe.attempts;
+    const substance =
+      changed ||
+      safeChanged ||
+      a.problem !== view.problem ||
+      a.gateway !== view.gateway ||
+      !sameStrings(a.pointFaults, view.pointFaults);
     a.online = view.online;
     a.lease = lease;
     a.fence = view.fence;
     a.points = view.points;
-    if (changed) this.notify({ actuator: view.actuator });
+    a.pointFaults = view.pointFaults;
+    a.problem = view.problem;
+    a.gateway = view.gateway;
+    if (safe === null) a.safeWrite = null;
+    else if (safeChanged) a.safeWrite = { sinceMs: a.safeWrite?.sinceMs ?? nowMs, token: safe.token, attempts: safe.attempts, set: safe.set, lastCode: a.safeWrite?.lastCode ?? null };
+    if (substance) this.notify({ actuator: view.actuator });
   }
 
   /** Records the journal made durable: the set of an accepted command is known from here. */
@@ -283,6 +293,7 @@ export class StatusBoard {
       version,
       uptimeMs: nowMs - this.startedAtMs,
       broker: { connected: facts.brokerConnected() },
+      health: { problem: facts.healthProblem() },
       journal: {
         lastCommitAgeMs: this.lastDurableAtMs === null ? null : nowMs - this.lastDurableAtMs,
         auditLag: { records: lag.records, oldestMs: Math.round(lag.oldestMs) },
@@ -307,15 +318,17 @@ export class StatusBoard {
       unit: info.unit,
       profile: info.profile,
       expiry: info.expiry,
+      gateway: a.gateway,
       online: a.online,
+      problem: a.problem,
       lastAnswerAgeMs: ageMs(nowMs, a.lastAnswerAtMs),
       rttMs: a.lastAnswerRttMs === null ? null : round1(a.lastAnswerRttMs),
       lease: a.lease && { holder: a.lease.holder, token: a.lease.token, expiresInMs: Math.max(0, a.lease.expiresAtMs - nowMs) },
       fence: a.fence,
-      points: info.points.map((p) => ({ name: p.name, unit: p.unit, writable: p.writable, value: a.points[p.name] ?? null })),
+      points: info.points.map((p) => ({ name: p.name, unit: p.unit, writable: p.writable, value: a.points[p.name] ?? null, fault: a.pointFaults[p.name] ?? null })),
       lastAccepted: a.lastAccepted && { holder: a.lastAccepted.holder, token: a.lastAccepted.token, seq: a.lastAccepted.seq, set: a.lastAccepted.set, outcome: a.lastAccepted.outcome, ageMs: nowMs - a.lastAccepted.atMs },
       lastRefusal: a.lastRefusal && { holder: a.lastRefusal.holder, token: a.lastRefusal.token, seq: a.lastRefusal.seq, code: a.lastRefusal.code, ageMs: nowMs - a.lastRefusal.atMs },
-      safeWrite: a.safeWrite && { state: a.safeWrite.state, token: a.safeWrite.token, code: a.safeWrite.code, ageMs: nowMs - a.safeWrite.sinceMs },
+      safeWrite: a.safeWrite && { token: a.safeWrite.token, attempts: a.safeWrite.attempts, set: a.safeWrite.set, lastCode: a.safeWrite.lastCode, ageMs: nowMs - a.safeWrite.sinceMs },
       refusalsLastMinute: a.refusals.totals(nowMs),
       outcomeUnknownLastMinute: a.outcomeUnknown.totals(nowMs)["OUTCOME_UNKNOWN"] ?? 0,
       outcomeUnknownTotal: a.outcomeUnknownTotal,
@@ -351,11 +364,6 @@ export class StatusBoard {
     if (seen && seen.outcome === null && seen.token === event.token && seen.seq === event.seq && seen.holder === event.holder) seen.outcome = outcome;
   }
 
-  private safeWriteFailed(a: ActuatorBoard, nowMs: number, code: string): void {
-    const since = a.safeWrite?.sinceMs ?? nowMs;
-    a.safeWrite = { sinceMs: since, token: a.safeWrite?.token ?? null, state: "failed", code };
-  }
-
   private notify(change: Parameters<BoardListener>[0]): void {
     for (const listener of this.listeners) listener(change);
   }
@@ -375,6 +383,11 @@ function round1(x: number): number {
 function sameLease(a: { holder: string; token: number; expiresAtMs: number } | null, b: { holder: string; token: number; expiresAtMs: number } | null): boolean {
   if (a === null || b === null) return a === b;
   return a.holder === b.holder && a.token === b.token && Math.abs(a.expiresAtMs - b.expiresAtMs) < EXPIRY_JITTER_MS;
+}
+
+function sameStrings(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => a[k] === b[k]);
 }
 
 function samePoints(a: PointValues, b: PointValues): boolean {

@@ -48,7 +48,7 @@ export type AuditOutcome = Outcome | { readonly kind: "pending" };
 export interface AuditEntry {
   /** The record's place in the journal: newer entries have larger ids. */
   readonly id: number;
-  /** When the gateway recorded it (wall clock, ms since the epoch); null for records from before schema 2. */
+  /** When the gateway recorded it (wall clock, ms since the epoch); null for records from before schema 3. */
   readonly atMs: number | null;
   readonly holder: string;
   readonly token: number;
@@ -117,7 +117,9 @@ export class AuditReader {
         throw new AuditError("JOURNAL_NEWER_VERSION", `${path} has schema version ${version}; this fencegate reads up to ${SCHEMA_VERSION}. Use the fencegate that wrote it.`);
       }
       db.pragma("query_only = ON");
-      return new AuditReader(path, db, version >= 2);
+      // at_ms came with schema 3: older journals (not yet opened by this daemon) have no time.
+      const hasTime = (db.pragma("table_info(commands)") as { name: string }[]).some((c) => c.name === "at_ms");
+      return new AuditReader(path, db, hasTime);
     } catch (error) {
       db.close();
       throw error instanceof AuditError ? error : explain(path, error);
@@ -141,7 +143,7 @@ export class AuditReader {
       params["holder"] = query.holder;
     }
     if (query.sinceMs !== undefined) {
-      // Records from before schema 2 have no time: a time filter leaves them out.
+      // Records from before schema 3 have no time: a time filter leaves them out.
       where.push(this.#hasTime ? "at_ms >= @since" : "0");
       if (this.#hasTime) params["since"] = query.sinceMs;
     }

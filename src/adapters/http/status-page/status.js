@@ -64,6 +64,8 @@ function drawGateway(g) {
   const j = g.journal;
   $("gw-journal").className = j.problem ? "bad" : j.auditLag.oldestMs > 1000 ? "warn" : "good";
   setText($("gw-journal"), j.problem ? j.problem : `last commit ${duration(j.lastCommitAgeMs)} ago · audit lag ${j.auditLag.records} (${duration(j.auditLag.oldestMs)})`);
+  $("gw-health").className = g.health.problem ? "bad" : "good";
+  setText($("gw-health"), g.health.problem ? `503: ${g.health.problem}` : "200 ok");
   const buses = $("gw-buses");
   buses.replaceChildren(...g.buses.map((b) => el("span", { class: `chip ${b.up ? "good" : "bad"}` }, `${b.name} ${b.up ? "up" : "down"}`)));
   for (const [id, age] of Object.entries(g.lastAnswerAgeMs)) {
@@ -111,11 +113,14 @@ function makeCard(a) {
     return el("div", {}, el("dt", {}, label), f[name]);
   };
   f.link = el("span", { class: "link" });
+  f.where = el("p", { class: "where" });
+  f.problem = el("p", { class: "problem bad" });
   const root = el(
     "article",
     { class: "card", "data-actuator": a.id },
     el("h3", {}, el("span", { class: "id" }, a.id), " ", f.link),
-    el("p", { class: "where" }, `${a.bus} unit ${a.unit} · ${a.profile} · on expiry: ${a.expiry}`),
+    f.where,
+    f.problem,
     el(
       "dl",
       {},
@@ -145,6 +150,9 @@ function drawCard(a) {
   card.receivedAt = performance.now();
   card.answerAt = card.receivedAt;
   const f = card.f;
+  setText(f.where, `${a.bus} unit ${a.unit} · ${a.profile} · on expiry: ${a.expiry}${a.gateway ? ` · served by ${a.gateway}` : ""}`);
+  f.problem.hidden = !a.problem;
+  setText(f.problem, a.problem || "");
   f.link.className = `link ${a.online ? "good" : "bad"}`;
   setText(f.link, a.online ? "online" : "offline");
   setText(f.holder, a.lease ? a.lease.holder : "free");
@@ -156,10 +164,12 @@ function drawCard(a) {
   f.refusal.className = `refusal${ref ? " warn" : ""}`;
   setText(f.refusal, ref ? `${ref.code} · ${ref.holder || "?"}${ref.token !== null ? ` t${ref.token}` : ""}${ref.seq !== null ? `/s${ref.seq}` : ""}` : "none yet");
   const sw = a.safeWrite;
-  f.safe.className = `safe${sw ? (sw.state === "failed" ? " bad" : " warn") : ""}`;
-  setText(f.safe, sw ? (sw.state === "failed" ? `not confirmed: ${sw.code}` : `pending${sw.token !== null ? ` (token ${sw.token})` : ""}`) : "none pending");
+  f.safe.className = `safe${sw ? (sw.lastCode ? " bad" : " warn") : ""}`;
+  setText(f.safe, sw ? `pending: ${fmtSet(sw.set)} (token ${sw.token}, ${sw.attempts} ${sw.attempts === 1 ? "attempt" : "attempts"}${sw.lastCode ? `, last ${sw.lastCode}` : ""})` : "none owed");
   f.points.replaceChildren(
-    ...a.points.map((p) => el("tr", {}, el("th", {}, p.name), el("td", {}, p.value === null ? "–" : String(p.value)), el("td", { class: "unit" }, p.unit))),
+    ...a.points.map((p) =>
+      el("tr", p.fault ? { class: "fault" } : {}, el("th", {}, p.name), el("td", {}, p.fault ? `fault: ${p.fault}` : p.value === null ? "–" : String(p.value)), el("td", { class: "unit" }, p.unit)),
+    ),
   );
   card.root.hidden = !!filter && !filter.test(a);
   tickCard(card);
