@@ -87,11 +87,12 @@ describe("StatusBoard", () => {
     const changes: unknown[] = [];
     board.subscribe((c) => changes.push(c));
     board.state(view({ points: { position: 5 }, pointFaults: {}, problem: null }));
-    board.state(view({ points: {}, pointFaults: { position: "NaN" }, problem: "the device answers with malformed frames" }));
+    board.state(view({ points: {}, pointsAgeMs: 1500, pointFaults: { position: "NaN" }, problem: "the device answers with malformed frames" }));
     expect(changes).toHaveLength(2);
     expect(board.actuator("valve-1")).toMatchObject({
       gateway: "gw",
       problem: "the device answers with malformed frames",
+      pointsAgeMs: 1500,
       points: [{ name: "position", unit: "%", value: null, fault: "NaN" }],
     });
   });

@@ -127,6 +127,8 @@ class ActuatorBoard {
   fence: Fence = { token: 0, seq: null };
   points: PointValues = {};
   pointFaults: Readonly<Record<string, string>> = {};
+  /** When the points were read (monotonic ms), or null: never since start. */
+  pointsAtMs: number | null = null;
   /** Why it is offline or cannot be leased, when the gateway knows. */
   problem: string | null = null;
   /** The gateway serving it (its status topic says whether the state is current). */
@@ -250,6 +252,7 @@ export class StatusBoard {
     a.fence = view.fence;
     a.points = view.points;
     a.pointFaults = view.pointFaults;
+    a.pointsAtMs = view.pointsAgeMs === null ? null : nowMs - view.pointsAgeMs;
     a.problem = view.problem;
     a.gateway = view.gateway;
     if (safe === null) a.safeWrite = null;
@@ -325,6 +328,7 @@ export class StatusBoard {
       rttMs: a.lastAnswerRttMs === null ? null : round1(a.lastAnswerRttMs),
       lease: a.lease && { holder: a.lease.holder, token: a.lease.token, expiresInMs: Math.max(0, a.lease.expiresAtMs - nowMs) },
       fence: a.fence,
+      pointsAgeMs: ageMs(nowMs, a.pointsAtMs),
       points: info.points.map((p) => ({ name: p.name, unit: p.unit, writable: p.writable, value: a.points[p.name] ?? null, fault: a.pointFaults[p.name] ?? null })),
       lastAccepted: a.lastAccepted && { holder: a.lastAccepted.holder, token: a.lastAccepted.token, seq: a.lastAccepted.seq, set: a.lastAccepted.set, outcome: a.lastAccepted.outcome, ageMs: nowMs - a.lastAccepted.atMs },
       lastRefusal: a.lastRefusal && { holder: a.lastRefusal.holder, token: a.lastRefusal.token, seq: a.lastRefusal.seq, code: a.lastRefusal.code, ageMs: nowMs - a.lastRefusal.atMs },

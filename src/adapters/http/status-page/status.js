@@ -133,7 +133,7 @@ function makeCard(a) {
       field("refusal", "last refusal"),
       field("safe", "safe write"),
     ),
-    (f.points = el("table", { class: "points" })),
+    (f.points = el("table", { class: "points" }, (f.pointsAge = el("caption", {})))),
     el("button", { type: "button", class: "open-audit", onclick: () => openAudit(a.id) }, "Audit trail"),
   );
   return { root, f, data: a, receivedAt: performance.now(), answerAt: performance.now() };
@@ -167,6 +167,7 @@ function drawCard(a) {
   f.safe.className = `safe${sw ? (sw.lastCode ? " bad" : " warn") : ""}`;
   setText(f.safe, sw ? `pending: ${fmtSet(sw.set)} (token ${sw.token}, ${sw.attempts} ${sw.attempts === 1 ? "attempt" : "attempts"}${sw.lastCode ? `, last ${sw.lastCode}` : ""})` : "none owed");
   f.points.replaceChildren(
+    f.pointsAge,
     ...a.points.map((p) =>
       el("tr", p.fault ? { class: "fault" } : {}, el("th", {}, p.name), el("td", {}, p.fault ? `fault: ${p.fault}` : p.value === null ? "–" : String(p.value)), el("td", { class: "unit" }, p.unit)),
     ),
@@ -179,6 +180,8 @@ function tickCard(card) {
   const a = card.data;
   const answer = since(card.answerAt, a.lastAnswerAgeMs);
   setText(card.f.answer, answer === null ? "never" : `${duration(answer)} ago${a.rttMs !== null ? ` (${a.rttMs} ms)` : ""}`);
+  const read = since(card.receivedAt, a.pointsAgeMs);
+  setText(card.f.pointsAge, read === null ? "points: not read yet" : `points read ${duration(read)} ago`);
   const left = a.lease ? a.lease.expiresInMs - (performance.now() - card.receivedAt) : null;
   setText(card.f.expires, left === null ? "–" : duration(Math.max(0, left)));
   const acc = a.lastAccepted;
