@@ -2,11 +2,15 @@
  * The composition root: wires the real adapters (SQLite journal, Modbus buses, MQTT,
  * HTTP) to the shell and the core. Nothing here decides anything.
  */
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "node:http";
-import { dirname } from "node:path";
+import { dirname, join } from "node:path";
 import { pino, type Logger } from "pino";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
+import type { HttpAuth } from "./adapters/http/auth.ts";
+import { StatusBoard, type ActuatorInfo } from "./adapters/http/status-board.ts";
+import { StatusRoutes } from "./adapters/http/status-routes.ts";
+import { AuditReader } from "./adapters/journal/audit.ts";
 import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
 import { ModbusBus, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
@@ -15,7 +19,8 @@ import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, prob
 import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
-import type { Clock, Outbox, Scheduler } from "./shell/ports.ts";
+import type { Clock, JournalEntry, Outbox, Scheduler } from "./shell/ports.ts";
+import { PACKAGE_ROOT } from "./package-root.ts";
 
 export const realClock: Clock = {
   // Whole milliseconds: every time the core sees, and every expiresInMs it reports, is an integer.
@@ -142,14 +147,25 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   // Events of the start (leases ended by the restart, the safe writes it owes) happen before
   // the broker is connected: they wait for the first connection, up to a bound.
   let beforeConnect: [string, Parameters<Outbox["event"]>[1]][] | null = [];
+  // Set once the gateway exists (the board reads the committer's backlog); fed from here on.
+  let board: StatusBoard | null = null;
   const outbox: Outbox = {
     reply: (ref, reply) => link.reply(ref, reply),
     event: (actuator, event) => {
       metrics?.onEvent(actuator, event);
+      board?.event(actuator, event);
       if (beforeConnect === null) link.event(actuator, event);
       else if (beforeConnect.length < EVENTS_BEFORE_CONNECT_LIMIT) beforeConnect.push([actuator, event]);
     },
     state: (view) => link.state(view),
+    observe: (view) => board?.state(view),
+  };
+  const onDurable = (entries: readonly JournalEntry[]) => {
+    try {
+      board?.durable(entries);
+    } catch (err) {
+      log.error({ err: String(err) }, "the status page could not take a journal record; decisions go on");
+    }
   };
 
   let journalFailed = false;
@@ -164,6 +180,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       outbox,
       log,
       actuators: bindings,
+      onDurable,
       onFatal: () => {
         journalFailed = true;
         resolveFatal(74);
@@ -195,19 +212,67 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   };
 
   let server: Server | null = null;
+  let statusRoutes: StatusRoutes | null = null;
   if (config.metrics.enabled) {
     metrics = new GatewayMetrics(health);
-    server = await serveHttp(config.metrics.host, config.metrics.port, metrics, health);
+    if (config.metrics.statusPage.enabled) {
+      board = new StatusBoard({
+        gatewayId: config.gatewayId,
+        version: packageVersion(),
+        actuators: config.actuators.map(actuatorInfo),
+        clock: realClock,
+        facts: {
+          brokerConnected: () => link.connected,
+          buses: () => [...buses].map(([name, b]) => ({ name, up: b.isUp })),
+          auditLag: () => {
+            const { records, oldestAtMs } = gateway.committer.backlog();
+            return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs };
+          },
+          journalProblem: () => journal.problem(),
+          healthProblem: () => health.problem(),
+        },
+      });
+      statusRoutes = new StatusRoutes({
+        board,
+        openAudit: () => AuditReader.open(config.journal.path),
+        whenDurable: () => journal.whenDurable(),
+        maxEventStreams: config.metrics.statusPage.maxEventStreams,
+      });
+    }
+    try {
+      server = await serveHttp(config.metrics.host, config.metrics.port, metrics, health, {
+        status: statusRoutes,
+        auth: httpAuth(config),
+        maxConnections: config.metrics.statusPage.maxEventStreams + 64,
+      });
+    } catch (err) {
+      statusRoutes?.close();
+      gateway.stop();
+      journal.close();
+      throw err;
+    }
     if (!isLoopbackHost(config.metrics.host)) {
-      log.warn({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: /metrics and /healthz answer anyone who reaches this address, without authentication (metrics.allowNonLoopback)");
+      if (config.metrics.auth !== undefined) {
+        log.info({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: every request needs the credentials of metrics.auth (over plain HTTP)");
+      } else {
+        log.warn({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: /metrics and /healthz answer anyone who reaches this address, without authentication (metrics.allowNonLoopback)");
+      }
     }
   }
 
+  const unitsOf = new Map(config.actuators.map((a) => [`${a.bus}\u0000${a.unit}`, a.id]));
   for (const [name, bus] of buses) {
     const m = metrics;
     if (m) {
       bus.on("transaction", (_unit, seconds, result) => m.onTransaction(name, seconds, result));
       bus.on("link", (up) => m.onBus(name, up));
+    }
+    const b = board;
+    if (b) {
+      bus.on("transaction", (unit, seconds, result) => {
+        const actuator = unitsOf.get(`${name}\u0000${unit}`);
+        if (actuator !== undefined) b.answer(actuator, result === "ok" || result === "exception", seconds);
+      });
     }
     bus.on("link", (up) => {
       // The first scheduled poll ran before the bus had opened: without this, a unit would
@@ -257,9 +322,37 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       await link.stop();
       await Promise.all([...buses.values()].map((b) => b.close()));
       await gateway.committer.idle(); // the commits in flight finish before the journal closes
+      statusRoutes?.close(); // its event streams would hold the server open, its reader the journal's file
       journal.close();
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("fencegate daemon stopped");
     },
   };
+}
+
+function actuatorInfo(a: GatewayConfig["actuators"][number]): ActuatorInfo {
+  return {
+    id: a.id,
+    bus: a.bus,
+    unit: a.unit,
+    profile: a.profile,
+    expiry: a.expiry.policy,
+    points: Object.entries(a.points).map(([name, p]) => ({ name, unit: p.unit ?? "", writable: p.writable })),
+  };
+}
+
+function httpAuth(config: GatewayConfig): HttpAuth | null {
+  const auth = config.metrics.auth;
+  if (auth === undefined) return null;
+  if (auth.token !== undefined) return { token: auth.token };
+  return { username: auth.username ?? "", password: auth.password ?? "" };
+}
+
+function packageVersion(): string {
+  try {
+    const { version } = JSON.parse(readFileSync(join(PACKAGE_ROOT, "package.json"), "utf8")) as { version?: unknown };
+    return typeof version === "string" ? version : "unknown";
+  } catch {
+    return "unknown";
+  }
 }

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, FENCEGATE_BIN } from "./support/daemon.ts";
+import { freePort } from "./support/ports.ts";
 import { startMosquitto, type Broker } from "./support/mosquitto.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -58,6 +59,7 @@ beforeAll(async () => {
     mqtt: { ...embedded.mqtt, url: broker.url },
     buses: { sim: { ...embedded.buses.sim, port: sim.tcp!.port } },
     journal: { path: join(dir, "journal.db") },
+    metrics: { ...embedded.metrics, port: await freePort() }, // 9464 may be taken on a shared machine
   };
   daemon = DaemonProcess.start(dir, config);
   await daemon.ready(["valve-1"]);

@@ -94,7 +94,7 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
       log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);
       return flushed(EXIT.JOURNAL);
     }
-    log.fatal({ err: String(err) }, "the daemon could not start");
+    log.fatal({ err: String(err) }, `the daemon could not start: ${err instanceof Error ? err.message : String(err)}`);
     return flushed(EXIT.INTERNAL);
   }
   // Under systemd (Type=notify, WatchdogSec=): ready once the journal is loaded and the

@@ -37,6 +37,10 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
   read: { summary: "read ACTUATOR: device state, lease and fence, fresh", load: controller, passName: true },
   status: { summary: "a table of every actuator: holder, token, fence, online, points", load: controller, passName: true },
   watch: { summary: "watch ACTUATOR: follow states and decisions live", load: controller, passName: true },
+  log: {
+    summary: "log ACTUATOR: its audit trail from the journal (--since, --holder, --outcome); safe while the daemon runs",
+    load: async () => (await import("./log.ts")).main,
+  },
 };
 
 function usage(): string {

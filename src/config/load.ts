@@ -55,13 +55,24 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   need(["mqtt", "tls", "certFile"], config.mqtt.tls?.certFile);
   need(["mqtt", "tls", "keyFile"], config.mqtt.tls?.keyFile);
   fileProblems.push(...sameSerialDevice(config).map((f) => locate(f, doc, lines)));
-  const secret = need(["mqtt", "passwordFile"], config.mqtt.passwordFile);
-  const password = secret?.replace(/\r?\n$/, "");
-  if (password === "") {
-    fileProblems.push(locate({ segments: ["mqtt", "passwordFile"], message: `${config.mqtt.passwordFile ?? ""} is empty; put the password in it.` }, doc, lines));
-  }
+  /** A file holding one secret (a trailing newline is not part of it). */
+  const secret = (segments: PathSegment[], file: string | undefined, what: string, minChars = 1): string | undefined => {
+    const value = need(segments, file)?.replace(/\r?\n$/, "");
+    if (value === "") fileProblems.push(locate({ segments, message: `${file ?? ""} is empty; put the ${what} in it.` }, doc, lines));
+    else if (value !== undefined && value.length < minChars) fileProblems.push(locate({ segments, message: `The ${what} in ${file ?? ""} must be at least ${minChars} characters.` }, doc, lines));
+    return value;
+  };
+  const password = secret(["mqtt", "passwordFile"], config.mqtt.passwordFile, "password");
+  const auth = config.metrics.auth;
+  // The same lengths as the schema asks of a token or password written in the file itself.
+  const httpToken = secret(["metrics", "auth", "tokenFile"], auth?.tokenFile, "token", 16);
+  const httpPassword = secret(["metrics", "auth", "passwordFile"], auth?.passwordFile, "password", 12);
   if (fileProblems.length > 0) throw new ConfigError(byLine(fileProblems), options.file);
-  return password === undefined ? config : { ...config, mqtt: { ...config.mqtt, password } };
+  return {
+    ...config,
+    mqtt: password === undefined ? config.mqtt : { ...config.mqtt, password },
+    metrics: auth === undefined ? config.metrics : { ...config.metrics, auth: { ...auth, ...(httpToken !== undefined ? { token: httpToken } : {}), ...(httpPassword !== undefined ? { password: httpPassword } : {}) } },
+  };
 }
 
 /**

@@ -158,5 +158,9 @@ export function resolvePaths(config: GatewayConfig, baseDir: string): GatewayCon
       tls: tls === undefined ? undefined : { ...tls, caFile: opt(tls.caFile), certFile: opt(tls.certFile), keyFile: opt(tls.keyFile) },
     },
     journal: { ...config.journal, path: abs(config.journal.path) },
+    metrics: {
+      ...config.metrics,
+      auth: config.metrics.auth && { ...config.metrics.auth, tokenFile: opt(config.metrics.auth.tokenFile), passwordFile: opt(config.metrics.auth.passwordFile) },
+    },
   };
 }

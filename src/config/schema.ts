@@ -476,28 +476,66 @@ const logging = z.strictObject({
   level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
 }).prefault({});
 
-/** 127.0.0.0/8, ::1 and localhost: reachable from this machine only. */
+/** Credentials for the HTTP port: a token, or a user name and password. */
+const httpAuth = z.strictObject({
+  /** Prometheus sends it as `Authorization: Bearer <token>`; a browser takes it as the password. */
+  token: z.string().min(16, { error: "Must be at least 16 characters: it is all that stands between the network and the page." }).max(1024, { error: "Must be at most 1024 characters." }).optional(),
+  /** A file holding only the token; relative to the configuration file's directory. */
+  tokenFile: text("path of the token file").optional(),
+  username: z.string().regex(/^[^:\s]{1,64}$/, { error: "Must be 1 to 64 characters without \":\" or spaces." }).optional(),
+  password: z.string().min(12, { error: "Must be at least 12 characters." }).max(1024, { error: "Must be at most 1024 characters." }).optional(),
+  /** A file holding only the password; relative to the configuration file's directory. */
+  passwordFile: text("path of the password file").optional(),
+}).superRefine((a, ctx) => {
+  const token = a.token !== undefined || a.tokenFile !== undefined;
+  const password = a.password !== undefined || a.passwordFile !== undefined;
+  if (a.token !== undefined && a.tokenFile !== undefined) ctx.addIssue({ code: "custom", path: ["tokenFile"], message: "Give either token or tokenFile, not both." });
+  if (a.password !== undefined && a.passwordFile !== undefined) ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+  if (token && (password || a.username !== undefined)) ctx.addIssue({ code: "custom", message: "Give either a token or a username and password, not both." });
+  else if (!token && !(password && a.username !== undefined)) {
+    ctx.addIssue({ code: "custom", message: "Give a token (or tokenFile), or a username with a password (or passwordFile)." });
+  }
+}, ALWAYS);
+
+/** 127.0.0.0/8, ::1 (also bracketed or IPv4-mapped) and localhost: reachable from this machine only. */
 export function isLoopbackHost(host: string): boolean {
-  return host === "localhost" || host === "::1" || host === "[::1]" || /^127(\.\d{1,3}){3}$/.test(host);
+  const h = host.toLowerCase().replace(/^\[(.*)\]$/, "$1");
+  return h === "localhost" || h === "::1" || /^127(\.\d{1,3}){3}$/.test(h) || /^::ffff:127(\.\d{1,3}){3}$/.test(h);
 }
 
 const metrics = z.strictObject({
   enabled: z.boolean().default(true),
-  /** Prometheus scrape endpoint and /healthz; loopback by default. */
+  /** Prometheus scrape endpoint, /healthz and the status page; loopback by default. */
   host: text("address to listen on", 253).default("127.0.0.1"),
   port: intIn(1, 65_535).default(9464),
+  /** The live status page at / on this port (read-only). */
+  statusPage: z.strictObject({
+    enabled: z.boolean().default(true),
+    /** Live feeds (browser tabs) served at once; past it a new one is refused with 503. */
+    maxEventStreams: intIn(1, 256).default(16),
+  }).prefault({}),
+  /** Credentials every request must carry; what lets the port leave loopback with the status page on. */
+  auth: httpAuth.optional(),
   /**
-   * The endpoint has no authentication and tells whoever reaches it the actuator ids, error
-   * rates and bus states: another address than loopback takes this explicit choice.
+   * Without credentials, the endpoint tells whoever reaches it the actuator ids, error rates
+   * and bus states: another address than loopback takes this explicit choice, and the status
+   * page off.
    */
   allowNonLoopback: z.boolean().default(false),
 })
   .superRefine((m, ctx) => {
-    if (typeof m.host === "string" && !isLoopbackHost(m.host) && m.allowNonLoopback !== true && m.enabled !== false) {
+    if (typeof m.host !== "string" || isLoopbackHost(m.host) || m.enabled === false || m.auth !== undefined) return;
+    if (m.allowNonLoopback !== true) {
       ctx.addIssue({
         code: "custom",
         path: ["host"],
-        message: `${m.host} would serve /metrics (actuator ids, error rates, bus states) without authentication beyond this machine; keep 127.0.0.1 and scrape through a tunnel or proxy, or set metrics.allowNonLoopback: true on a network you trust.`,
+        message: `${m.host} would serve the status page and /metrics (actuator ids, holders, error rates, bus states) without authentication beyond this machine: add metrics.auth (a token, or a username and password), or keep 127.0.0.1 and use a tunnel or proxy; without credentials, only with metrics.statusPage.enabled: false and metrics.allowNonLoopback: true, on a network you trust.`,
+      });
+    } else if (m.statusPage?.enabled !== false) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["host"],
+        message: `The status page would be open to anyone who reaches ${m.host}: add metrics.auth (a token, or a username and password), or set metrics.statusPage.enabled: false to serve only /metrics and /healthz there.`,
       });
     }
   }, ALWAYS)

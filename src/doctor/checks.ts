@@ -15,7 +15,7 @@ import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { pino } from "pino";
 import { SerialPort } from "serialport";
 import { markPath } from "../adapters/journal/mark.ts";
-import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
+import { lockPath, openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { ModbusBus, busLink } from "../adapters/modbus/bus.ts";
 import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
@@ -449,10 +449,18 @@ async function probeFenced(check: string, unit: number, bus: string, device: Mod
 // ---------------------------------------------------------------------------------------
 // Metrics
 
-/** The metrics listener answers without authentication: say so when it is not on loopback. */
+/** The HTTP port beyond loopback: say who can read it (anyone, or whoever has the credentials, in clear). */
 export function checkMetrics(config: GatewayConfig): Finding[] {
-  const { enabled, host, port } = config.metrics;
+  const { enabled, host, port, auth } = config.metrics;
   if (!enabled || isLoopbackHost(host)) return [];
+  if (auth !== undefined) {
+    return [{
+      check: "metrics",
+      status: "info",
+      message: `/metrics, /healthz and the status page listen on ${host}:${port} and ask for the credentials of metrics.auth, which travel in clear over plain HTTP.`,
+      fix: "On a network you do not trust, keep metrics.host: 127.0.0.1 behind a TLS reverse proxy, or an SSH tunnel.",
+    }];
+  }
   return [{
     check: "metrics",
     status: "warn",
@@ -704,7 +712,8 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
   } catch {
     return [{ check, status: "fail", message: `${file} is not readable and writable by ${os.userInfo().username}.`, fix: `chown fencegate: ${file}*` }];
   }
-  const holders = lockHolders(stat);
+  // The daemon's single-writer lock is on <journal>.lock (the database itself runs WAL's shared locking).
+  const holders = fs.existsSync(lockPath(file)) ? lockHolders(fs.statSync(lockPath(file))) : [];
   const copyDir = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-doctor-"));
   const copy = path.join(copyDir, "journal.db");
   try {

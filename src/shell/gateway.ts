@@ -18,7 +18,7 @@ import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type
 import { verify } from "../core/signature.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter } from "./group-commit.ts";
-import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type Journal, type Outbox, type Scheduler, type StateView } from "./ports.ts";
+import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
@@ -60,6 +60,8 @@ export interface GatewayDeps {
   readonly onFatal: (err: unknown) => void;
   /** How long a journal batch that finds the disk idle may wait for other actuators' records (see GroupCommitter). */
   readonly gatherMaxMs?: number;
+  /** Told of each batch of journal records once it is durable (the status page's view of the journal). */
+  readonly onDurable?: (entries: readonly JournalEntry[]) => void;
   /** The core's transition function; only the simulator's checker tests replace it (with a broken rule). */
   readonly step?: typeof step;
 }
@@ -354,6 +356,7 @@ class ActuatorRuntime {
 
   publishState(): void {
     const view = this.view();
+    this.gw.deps.outbox.observe?.(view);
     // Lease countdowns and the points' age change every millisecond; publish on a change of substance only.
     const key = JSON.stringify({ ...view, at: undefined, pointsAgeMs: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
     if (key === this.lastPublished) return;
@@ -391,7 +394,7 @@ export class Gateway {
     readonly deps: GatewayDeps,
     snapshots: ReadonlyMap<string, DurableSnapshot>,
   ) {
-    this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, { gatherMaxMs: deps.gatherMaxMs ?? 0 });
+    this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, { gatherMaxMs: deps.gatherMaxMs ?? 0, onDurable: deps.onDurable });
     for (const binding of deps.actuators) {
       this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
     }

@@ -4,6 +4,8 @@ import { isJournalWriter } from "./ports.ts";
 export interface GroupCommitOptions {
   /** The longest a batch that finds the disk idle waits for other actuators' records (0: never). */
   readonly gatherMaxMs: number;
+  /** Told of each batch's records once durable, before any of its callers resumes. */
+  readonly onDurable?: ((entries: readonly JournalEntry[]) => void) | undefined;
 }
 
 /** Weight of the newest sync in the running estimate of the sync time. */
@@ -54,6 +56,9 @@ export class GroupCommitter {
   private lastBatchActuators = 0;
   /** When the oldest waiting record arrived (monotonic ms). */
   private waitingSinceMs = 0;
+  /** Records in the batch being committed, and when the oldest of them arrived. */
+  private inFlightRecords = 0;
+  private inFlightSinceMs = 0;
   private cancelGather: (() => void) | null = null;
   /** Figures for metrics and benchmarks. */
   commits = 0;
@@ -79,6 +84,14 @@ export class GroupCommitter {
 
   get pending(): number {
     return this.waiting.length;
+  }
+
+  /** Records handed over and not yet durable, and when the oldest of them was handed over (monotonic ms; null: none). */
+  backlog(): { readonly records: number; readonly oldestAtMs: number | null } {
+    const waiting = this.waiting.reduce((n, w) => n + w.entries.length, 0);
+    const records = waiting + (this.inFlight ? this.inFlightRecords : 0);
+    if (records === 0) return { records, oldestAtMs: null };
+    return { records, oldestAtMs: this.inFlight ? this.inFlightSinceMs : this.waitingSinceMs };
   }
 
   /** Resolves once nothing is waiting or in flight (committed or failed): before closing the journal. */
@@ -111,7 +124,7 @@ export class GroupCommitter {
       } catch (err) {
         return this.fail(err, batch);
       }
-      this.committed(batch, entries.length);
+      this.committed(batch, entries);
       return;
     }
     const gatherUntilMs = this.gatherUntilMs(batch);
@@ -127,6 +140,8 @@ export class GroupCommitter {
     this.cancelGather = null;
     this.lastBatchActuators = actuatorsIn(batch);
     this.inFlight = true;
+    this.inFlightRecords = entries.length;
+    this.inFlightSinceMs = this.waitingSinceMs;
     const sentAtMs = this.clock.monotonicMs();
     let sent: Promise<void>;
     try {
@@ -139,7 +154,7 @@ export class GroupCommitter {
         const tookMs = this.clock.monotonicMs() - sentAtMs;
         this.syncEstimateMs += (tookMs - this.syncEstimateMs) * SYNC_EWMA_WEIGHT;
         this.inFlight = false;
-        this.committed(batch, entries.length);
+        this.committed(batch, entries);
         if (this.waiting.length > 0) this.schedule();
         else this.notifyIdle();
       },
@@ -158,9 +173,10 @@ export class GroupCommitter {
     return this.clock.monotonicMs() < untilMs ? untilMs : null;
   }
 
-  private committed(batch: readonly Waiter[], entries: number): void {
+  private committed(batch: readonly Waiter[], entries: readonly JournalEntry[]): void {
     this.commits++;
-    this.entriesCommitted += entries;
+    this.entriesCommitted += entries.length;
+    this.options.onDurable?.(entries);
     for (const w of batch) w.resolve();
   }
 

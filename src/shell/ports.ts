@@ -131,4 +131,10 @@ export interface Outbox {
   reply(ref: number, reply: OutboundReply): void;
   event(actuator: string, event: CoreEvent & { readonly at: Date }): void;
   state(view: StateView): void;
+  /**
+   * Every view `state` could have been given, also those it is not, for lack of a change of
+   * substance (a renewal moves only the lease's expiry): the status page's countdowns.
+   * Called at the same points in the order as `state`, so never ahead of the journal.
+   */
+  observe?(view: StateView): void;
 }

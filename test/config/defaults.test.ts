@@ -30,7 +30,7 @@ describe("defaults", () => {
     expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
     expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2 });
     expect(config.logging).toEqual({ level: "info" });
-    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, allowNonLoopback: false });
+    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 }, allowNonLoopback: false });
     expect(config.shutdown).toEqual({ drainTimeoutMs: 5000 });
   });
 

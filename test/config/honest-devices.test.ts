@@ -49,9 +49,11 @@ describe("the metrics listener (issue 18 item 9)", () => {
     expect(problem.message).toMatch(/without authentication.*allowNonLoopback: true/);
   });
 
+  // Adapted (issue 15): the status page, on by default on this port, needs credentials
+  // beyond loopback; allowNonLoopback alone serves /metrics and /healthz with the page off.
   it("takes another address with allowNonLoopback: true", () => {
     const c = minimalConfig();
-    c.metrics = { host: "0.0.0.0", allowNonLoopback: true };
+    c.metrics = { host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } };
     expect(parseConfig(c).metrics).toMatchObject({ host: "0.0.0.0", allowNonLoopback: true });
   });
 

@@ -282,7 +282,8 @@ describe("item 9: the metrics listener beyond loopback", () => {
 
   it("with metrics.allowNonLoopback: true it listens there, and the log warns", async () => {
     const port = await freePort();
-    const { daemon } = await start({ edit: (c) => (c.metrics = { enabled: true, host: "0.0.0.0", port, allowNonLoopback: true }) });
+    // The status page (issue 15) needs credentials beyond loopback: off here, as the premise is "no authentication".
+    const { daemon } = await start({ edit: (c) => (c.metrics = { enabled: true, host: "0.0.0.0", port, allowNonLoopback: true, statusPage: { enabled: false } }) });
     expect(daemon.logs.find((l) => l.msg?.startsWith("metrics.host is not loopback"))).toMatchObject({ level: 40, host: "0.0.0.0", port });
     expect((await healthz(port)).status).toBe(200);
   });

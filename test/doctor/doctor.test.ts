@@ -298,8 +298,14 @@ describe("fenced devices (issue 18 item 6)", () => {
 
 describe("the metrics listener (issue 18 item 9)", () => {
   it("beyond loopback, chosen explicitly: a warning that it answers anyone, without authentication", async () => {
-    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true })));
+    // The status page (issue 15) needs credentials beyond loopback: off, as the premise is "no authentication".
+    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true, statusPage: { enabled: false } })));
     expect(only(findings, "metrics")).toEqual([expect.objectContaining({ status: "warn", message: expect.stringMatching(/0\.0\.0\.0:9464.*without authentication/) })]);
+  });
+
+  it("beyond loopback with credentials: says they travel in clear over plain HTTP", async () => {
+    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, auth: { token: "0123456789abcdef-token" } })));
+    expect(only(findings, "metrics")).toEqual([expect.objectContaining({ status: "info", message: expect.stringMatching(/ask for the credentials of metrics.auth, which travel in clear/) })]);
   });
 
   it("on loopback: nothing to say", async () => {

@@ -47,9 +47,11 @@ function writtenJournal(recentLimit = 100): string {
 const RESTORE = /restore the journal from backup, or move it .* aside to start fresh/i;
 
 describe("SqliteJournal", () => {
-  it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, an exclusive lock and the schema version", () => {
-    const j = openSqliteJournal({ path: newPath(), recentLimit: 4, busyTimeoutMs: 1234 });
-    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "exclusive", busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
+  // Adapted (issue 15): the exclusive lock is on <journal>.lock; the database runs normal WAL locking for readers.
+  it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, the writer lock and the schema version", () => {
+    const file = newPath();
+    const j = openSqliteJournal({ path: file, recentLimit: 4, busyTimeoutMs: 1234 });
+    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "normal", writerLock: `${file}.lock`, busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
     j.close();
   });
 

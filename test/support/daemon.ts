@@ -37,6 +37,8 @@ export interface GatewaySetup {
   readonly commands?: Record<string, unknown>;
   readonly mqtt?: Record<string, unknown>;
   readonly metricsPort?: number;
+  /** More metrics settings (status page, auth) when metricsPort is given. */
+  readonly metrics?: Record<string, unknown>;
 }
 
 export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
@@ -49,7 +51,7 @@ export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
     commands: s.commands ?? {},
     journal: { path: s.journalPath },
     logging: { level: "debug" },
-    metrics: s.metricsPort ? { enabled: true, port: s.metricsPort } : { enabled: false },
+    metrics: s.metricsPort ? { enabled: true, port: s.metricsPort, ...s.metrics } : { enabled: false },
   };
 }
 

@@ -1,10 +1,12 @@
 /**
- * Prometheus metrics and /healthz on a local HTTP port. Counters are fed from the events
+ * Prometheus metrics, /healthz and the status page (status-routes.ts) on one HTTP port. Counters are fed from the events
  * the shell publishes and from the buses; gauges are read from the shell when scraped.
  */
 import http from "node:http";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { CoreEvent } from "../../core/types.ts";
+import { challenge, isAuthorized, type HttpAuth } from "./auth.ts";
+import type { StatusRoutes } from "./status-routes.ts";
 
 export interface HealthSource {
   /** null when healthy; otherwise the sentence that says why not. */
@@ -82,30 +84,81 @@ export class GatewayMetrics {
   }
 }
 
-/** Serves /metrics and /healthz. Resolves once listening; `close()` stops it. */
-export async function serveHttp(host: string, port: number, metrics: GatewayMetrics, health: HealthSource): Promise<http.Server> {
+export interface HttpOptions {
+  /** The status page's routes (status-routes.ts), or null when it is off. */
+  readonly status?: StatusRoutes | null;
+  /** Credentials every request must carry, or null (loopback only: the configuration enforces it). */
+  readonly auth?: HttpAuth | null;
+  /** The most connections at once (event streams included); more wait in the kernel's backlog. */
+  readonly maxConnections?: number;
+}
+
+/** Longer request targets are refused (414) before anything is parsed. */
+export const MAX_URL_CHARS = 2048;
+
+/**
+ * Serves /metrics, /healthz and, when given, the status page. Resolves once listening;
+ * `close()` stops it. A port in use or an address that is not this machine's rejects with a
+ * sentence saying what to change.
+ */
+export async function serveHttp(host: string, port: number, metrics: GatewayMetrics, health: HealthSource, options: HttpOptions = {}): Promise<http.Server> {
+  const status = options.status ?? null;
   const server = http.createServer((req, res) => {
     if (req.method !== "GET") {
-      res.writeHead(405).end();
+      res.writeHead(405, { allow: "GET" }).end();
       return;
     }
-    if (req.url === "/metrics") {
+    const target = req.url ?? "/";
+    if (target.length > MAX_URL_CHARS) {
+      res.writeHead(414, { "content-type": "text/plain; charset=utf-8" }).end(`The request target is longer than ${MAX_URL_CHARS} characters.\n`);
+      return;
+    }
+    if (!isAuthorized(req, options.auth ?? null)) return challenge(res);
+    let url: URL;
+    try {
+      url = new URL(target, "http://gateway");
+    } catch {
+      res.writeHead(400, { "content-type": "text/plain; charset=utf-8" }).end("The request target is not a valid path.\n");
+      return;
+    }
+    if (url.pathname === "/metrics") {
       metrics.registry.metrics().then(
         (text) => res.writeHead(200, { "content-type": metrics.registry.contentType }).end(text),
         (err: unknown) => res.writeHead(500).end(String(err)),
       );
       return;
     }
-    if (req.url === "/healthz") {
+    if (url.pathname === "/healthz") {
       const problem = health.problem();
       res.writeHead(problem === null ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify({ ok: problem === null, problem, ...health.details() }));
       return;
     }
-    res.writeHead(404).end();
+    if (status?.handle(req, res, url)) return;
+    res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end(status ? "Not found: the status page is at /.\n" : "Not found: this port serves /metrics and /healthz.\n");
   });
+  // Slow or idle clients cannot hold sockets for long; event streams are long by design (they
+  // are bounded by count in status-routes.ts) and the request timeout does not apply to them.
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  server.keepAliveTimeout = 5_000;
+  server.maxConnections = options.maxConnections ?? 256;
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
+    server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(host, port, err)));
     server.listen(port, host, () => resolve());
   });
   return server;
+}
+
+function listenError(host: string, port: number, err: NodeJS.ErrnoException): Error {
+  switch (err.code) {
+    case "EADDRINUSE":
+      return new Error(`Port ${port} on ${host} is in use by another program (metrics.port): stop it, or choose another port.`);
+    case "EADDRNOTAVAIL":
+    case "ENOTFOUND":
+      return new Error(`${host} is not an address of this machine (metrics.host): use 127.0.0.1, or one of this machine's addresses.`);
+    case "EACCES":
+      return new Error(`Port ${port} needs privileges this user lacks (metrics.port): use a port above 1023.`);
+    default:
+      return new Error(`The HTTP port ${host}:${port} could not be opened: ${err.message}.`);
+  }
 }

@@ -7,7 +7,9 @@
 import type { JournalEntry } from "../../shell/ports.ts";
 import type { Outcome, PointValues } from "../../core/types.ts";
 
-const FAILURE_CODES: ReadonlySet<string> = new Set(["DEVICE_REJECTED", "DEVICE_ERROR", "DEVICE_UNAVAILABLE", "OUTCOME_UNKNOWN"]);
+/** The codes a failed outcome may carry. */
+export const FAILURE_CODES = ["DEVICE_REJECTED", "DEVICE_ERROR", "DEVICE_UNAVAILABLE", "OUTCOME_UNKNOWN"] as const;
+const FAILURE_CODE_SET: ReadonlySet<string> = new Set(FAILURE_CODES);
 
 /** Tokens and seqs are stored as SQLite INTEGERs and handled as JS numbers: 0..2^53-1. */
 export function isCount(x: unknown): x is number {
@@ -26,7 +28,7 @@ export function isOutcome(x: unknown): x is Outcome {
   if (o["kind"] !== "failed") return false;
   return (
     typeof o["code"] === "string" &&
-    FAILURE_CODES.has(o["code"]) &&
+    FAILURE_CODE_SET.has(o["code"]) &&
     typeof o["message"] === "string" &&
     (o["modbusCode"] === undefined || Number.isSafeInteger(o["modbusCode"]))
   );

@@ -22,8 +22,17 @@
  * transaction). The semantics are the fold of `applyRecord`: the new head of an actuator is
  * computed with `applyRecord` itself from the stored one, so tokens only ever go up.
  *
- * The connection holds an exclusive lock for its whole life: two gateways on one journal
- * would each believe their own fence, so the second one is refused.
+ * Single writer: two gateways on one journal would each believe their own fence, so the
+ * journal holds an exclusive lock on a file beside it (`<journal>.lock`, see {@link lockJournal})
+ * for its whole life, taken before it looks at anything else, and a second opener is
+ * refused. The database itself runs SQLite's normal WAL locking, so readers (`fencegate log`,
+ * the status page's audit trail: audit.ts) read a consistent snapshot without blocking a
+ * commit or being blocked by one; a read-only connection never checkpoints, so it cannot
+ * write behind the journal's own checkpoints or remove the -wal.
+ *
+ * Schema 3 added `commands.at_ms`, the wall-clock time a command was recorded (for people
+ * reading the audit trail; nothing decides on it). Older journals are migrated in place
+ * when opened; rows written before have no time.
  *
  * Lost history. A commit lives only in the -wal until a checkpoint copies it into the
  * database file, so a -wal that disappears (deleted after a crash, or an older backup of
@@ -59,11 +68,11 @@ import { JournalError } from "../../shell/ports.ts";
 import { TOKEN_RESERVE, highestCeiling, markPath, readMark, writeMark, type JournalMark } from "./mark.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
 
-export const SCHEMA_VERSION = 2;
+export const SCHEMA_VERSION = 3;
 /** Schema 2: the journal's generation (see the mark, below). */
 const META = "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) STRICT;";
 /** `PRAGMA application_id`: "FNCG", marks the file as a fencegate journal. */
-const APPLICATION_ID = 0x464e4347;
+export const APPLICATION_ID = 0x464e4347;
 
 const SCHEMA = `
 CREATE TABLE actuators (
@@ -82,7 +91,8 @@ CREATE TABLE commands (
   seq          INTEGER NOT NULL,
   holder       TEXT NOT NULL,
   set_json     TEXT NOT NULL,
-  outcome_json TEXT
+  outcome_json TEXT,
+  at_ms        INTEGER
 ) STRICT;
 CREATE INDEX commands_by_command ON commands (actuator, token, seq);
 CREATE INDEX commands_by_arrival ON commands (actuator, id);
@@ -111,6 +121,8 @@ export interface SqliteJournalOptions {
    * then sets token floors from the mark): `lostHistory` says what is missing.
    */
   readonly acceptLostHistory?: boolean;
+  /** The wall clock stamped on each command record (`at_ms`), for people; default Date.now. */
+  readonly wallNowMs?: () => number;
 }
 
 /** What `openSqliteJournal` found on disk before SQLite touched anything. */
@@ -130,6 +142,8 @@ export interface SqliteJournalSettings {
   /** Commits are made durable by this journal's own fdatasync of the -wal file. */
   readonly walFdatasync: boolean;
   readonly lockingMode: string;
+  /** The file whose exclusive lock keeps a second gateway off this journal (null for ":memory:"). */
+  readonly writerLock: string | null;
   readonly busyTimeoutMs: number;
   readonly schemaVersion: number;
 }
@@ -181,6 +195,9 @@ export class SqliteJournal implements Journal, JournalWriter {
   readonly #commitTx: (entries: readonly JournalEntry[]) => void;
   readonly #stmt: ReturnType<typeof prepare>;
   readonly #fdatasync: NonNullable<SqliteJournalOptions["fdatasync"]>;
+  readonly #wallNowMs: () => number;
+  /** Holds `<journal>.lock` exclusively until close (null for ":memory:"). */
+  readonly #lock: Database.Database | null;
   #loaded = false;
   /** The -wal and the database file, opened on their first sync. */
   #walFd: number | null = null;
@@ -191,6 +208,8 @@ export class SqliteJournal implements Journal, JournalWriter {
   #written = 0;
   #durable = 0;
   readonly #unsynced: Unsynced[] = [];
+  /** Callers of {@link whenDurable}, each waiting for the commits written before its call. */
+  readonly #durableWaiters: { readonly upTo: number; readonly resolve: () => void }[] = [];
   #syncing = false;
   /** performance.now() when the fdatasync on the pool started. */
   #syncStartedMs = 0;
@@ -211,8 +230,10 @@ export class SqliteJournal implements Journal, JournalWriter {
   /** What committed history is missing, found by load() (with acceptLostHistory), or null. */
   lostHistory: string | null = null;
 
-  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found) {
+  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found, lock: Database.Database | null = null) {
     this.#db = db;
+    this.#lock = lock;
+    this.#wallNowMs = options.wallNowMs ?? Date.now;
     this.path = options.path;
     this.recentLimit = options.recentLimit;
     this.fresh = found.fresh;
@@ -333,6 +354,18 @@ export class SqliteJournal implements Journal, JournalWriter {
     return null;
   }
 
+  /**
+   * Resolves once every commit written before this call is durable (at once if none is
+   * waiting for its sync): a reader of the file (the audit trail) answers only after this,
+   * so it never shows a record a crash could still take back. Never rejects: after a failure
+   * it resolves too, and the journal's problem() says why the daemon stops.
+   */
+  whenDurable(): Promise<void> {
+    const upTo = this.#written;
+    if (this.#durable >= upTo || this.#failure !== null || !this.#db.open) return Promise.resolve();
+    return new Promise((resolve) => this.#durableWaiters.push({ upTo, resolve }));
+  }
+
   /** Commits written and not yet known durable, and those waiting for a checkpoint's sync. */
   get unsynced(): number {
     return this.#unsynced.length + this.#held.length;
@@ -363,6 +396,7 @@ export class SqliteJournal implements Journal, JournalWriter {
     } catch (error) {
       problem ??= error;
     }
+    this.#lock?.close(); // last: no second gateway while this one writes or marks
     this.#closeFilesWhenIdle();
     this.#fail(new Error("journal: the journal was closed before this commit was made durable"));
     if (problem !== null) throw problem;
@@ -481,6 +515,7 @@ export class SqliteJournal implements Journal, JournalWriter {
   #synced(upTo: number): void {
     this.#durable = Math.max(this.#durable, upTo);
     while (this.#unsynced.length > 0 && this.#unsynced[0]!.index <= this.#durable) this.#unsynced.shift()!.resolve();
+    while (this.#durableWaiters.length > 0 && this.#durableWaiters[0]!.upTo <= this.#durable) this.#durableWaiters.shift()!.resolve();
   }
 
   #refuseLater(error: unknown): void {
@@ -491,6 +526,7 @@ export class SqliteJournal implements Journal, JournalWriter {
     this.#refuseLater(error);
     for (const waiter of this.#unsynced.splice(0)) waiter.reject(this.#failure);
     for (const held of this.#held.splice(0)) held.reject(this.#failure);
+    for (const waiter of this.#durableWaiters.splice(0)) waiter.resolve();
   }
 
   /**
@@ -529,6 +565,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       synchronous: Number(db.pragma("synchronous", { simple: true })),
       walFdatasync: this.path !== ":memory:",
       lockingMode: String(db.pragma("locking_mode", { simple: true })),
+      writerLock: this.#lock === null ? null : lockPath(this.path),
       busyTimeoutMs: Number(db.pragma("busy_timeout", { simple: true })),
       schemaVersion: Number(db.pragma("user_version", { simple: true })),
     };
@@ -549,7 +586,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       const next = applyRecord({ ...head, recent: [] }, record, 0);
       heads.set(actuator, { highestGranted: next.highestGranted, lastGrantHolder: next.lastGrantHolder, fence: next.fence });
       if (record.type === "intent") {
-        s.insertCommand.run(actuator, record.token, record.seq, record.holder, JSON.stringify(record.set));
+        s.insertCommand.run(actuator, record.token, record.seq, record.holder, JSON.stringify(record.set), this.#wallNowMs());
         appended.add(actuator);
       } else if (record.type === "outcome") {
         s.attachOutcome.run(JSON.stringify(record.outcome), actuator, record.token, record.seq);
@@ -660,7 +697,7 @@ function prepare(db: Database.Database) {
        ON CONFLICT (id) DO UPDATE SET highest_granted = excluded.highest_granted,
          fence_token = excluded.fence_token, fence_seq = excluded.fence_seq, granted_to = excluded.granted_to`,
     ),
-    insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json) VALUES (?, ?, ?, ?, ?, NULL)"),
+    insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json, at_ms) VALUES (?, ?, ?, ?, ?, NULL, ?)"),
     // Like applyRecord: the first outcome wins, for every matching intent still without one.
     attachOutcome: db.prepare("UPDATE commands SET outcome_json = ? WHERE actuator = ? AND token = ? AND seq = ? AND outcome_json IS NULL"),
     prune: db.prepare(
@@ -726,44 +763,78 @@ export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal 
   const file = options.path;
   const inMemory = file === ":memory:";
   return guard(file, () => {
-    let fresh = inMemory;
-    const mark = inMemory ? null : readMark(file);
-    let databaseLost = false;
-    if (!inMemory && !exists(file)) {
-      if (exists(`${file}-wal`)) {
-        throw new JournalError(
-          "JOURNAL_INCONSISTENT",
-          `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
-        );
-      }
-      databaseLost = mark !== null;
-      // Refused before anything is created: the operator's next look finds what was there.
-      if (databaseLost && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark!)} ${recoverAdvice(file)}`);
-      createFile(file);
-      fresh = true;
-    }
-    const walExisted = !inMemory && walHasHeader(file);
-    if (!inMemory) {
-      // SQLite would quietly fall back to read-only and fail later with a vague I/O error.
-      // The directory must be writable too: the -wal file is created beside the journal.
-      fs.accessSync(file, fs.constants.R_OK | fs.constants.W_OK);
-      fs.accessSync(path.dirname(file), fs.constants.W_OK | fs.constants.X_OK);
-    }
-    const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
+    const lock = inMemory ? null : lockJournal(file, options.busyTimeoutMs ?? 5000);
     try {
-      configure(db, file, inMemory);
-      return new SqliteJournal(db, options, { fresh, mark, walExisted, databaseLost });
+      return openLocked(options, lock);
     } catch (error) {
-      db.close();
+      lock?.close();
       throw error;
     }
   });
 }
 
+/** Everything after the writer lock is held: what is on disk is this gateway's to judge. */
+function openLocked(options: SqliteJournalOptions, lock: Database.Database | null): SqliteJournal {
+  const file = options.path;
+  const inMemory = lock === null;
+  let fresh = inMemory;
+  const mark = inMemory ? null : readMark(file);
+  let databaseLost = false;
+  if (!inMemory && !exists(file)) {
+    if (exists(`${file}-wal`)) {
+      throw new JournalError(
+        "JOURNAL_INCONSISTENT",
+        `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
+      );
+    }
+    databaseLost = mark !== null;
+    // Refused before anything is created: the operator's next look finds what was there.
+    if (databaseLost && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark!)} ${recoverAdvice(file)}`);
+    createFile(file);
+    fresh = true;
+  }
+  const walExisted = !inMemory && walHasHeader(file);
+  if (!inMemory) {
+    // SQLite would quietly fall back to read-only and fail later with a vague I/O error.
+    // The directory must be writable too: the -wal file is created beside the journal.
+    fs.accessSync(file, fs.constants.R_OK | fs.constants.W_OK);
+    fs.accessSync(path.dirname(file), fs.constants.W_OK | fs.constants.X_OK);
+  }
+  const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
+  try {
+    configure(db, file, inMemory);
+    return new SqliteJournal(db, options, { fresh, mark, walExisted, databaseLost }, lock);
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+}
+
+/** The lock that keeps a second gateway off this journal: the file beside it. */
+export function lockPath(journalPath: string): string {
+  return `${journalPath}.lock`;
+}
+
+/**
+ * Takes `<journal>.lock` (a scratch SQLite file; its contents do not matter) under an
+ * exclusive lock, held until the returned connection closes or the process ends (POSIX
+ * record locks die with it, so a crash leaves no stale lock). A second gateway waits
+ * `timeoutMs` for it, then gets SQLITE_BUSY: "in use by another process".
+ */
+function lockJournal(file: string, timeoutMs: number): Database.Database {
+  const db = new Database(lockPath(file), { timeout: timeoutMs });
+  try {
+    db.pragma("locking_mode = EXCLUSIVE");
+    db.pragma("journal_mode = OFF");
+    db.exec("BEGIN EXCLUSIVE; COMMIT"); // in EXCLUSIVE locking mode the lock outlives the transaction
+    return db;
+  } catch (error) {
+    db.close();
+    throw error;
+  }
+}
+
 function configure(db: Database.Database, file: string, inMemory: boolean): void {
-  // Exclusive before WAL: then the lock is taken at the first read and kept, and no
-  // shared-memory file is used.
-  db.pragma("locking_mode = EXCLUSIVE");
   const version = Number(db.pragma("user_version", { simple: true }));
   const appId = Number(db.pragma("application_id", { simple: true }));
   if (inMemory && version === 0) db.exec(SCHEMA);
@@ -793,10 +864,12 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
  * Brings a journal written by an older fencegate up to SCHEMA_VERSION, in one transaction.
  * 1 → 2: `granted_to`, who holds the highest token (unknown, NULL, for what 1 recorded),
  * and `meta` with the generation (0 until the first open writes one).
+ * 2 → 3: `commands.at_ms`, the wall-clock time of each command (NULL for those before).
  */
 function migrate(db: Database.Database, from: number): void {
   db.transaction(() => {
     if (from < 2) db.exec(`ALTER TABLE actuators ADD COLUMN granted_to TEXT; ${META}`);
+    if (from < 3) db.exec("ALTER TABLE commands ADD COLUMN at_ms INTEGER");
     db.pragma(`user_version = ${SCHEMA_VERSION}`);
   }).immediate();
 }
