@@ -58,6 +58,7 @@ beforeAll(async () => {
     mqtt: { ...embedded.mqtt, url: broker.url },
     buses: { sim: { ...embedded.buses.sim, port: sim.tcp!.port } },
     journal: { path: join(dir, "journal.db") },
+    metrics: { enabled: false }, // embedded.yaml's fixed port could be taken by a running `npm start`
   };
   daemon = DaemonProcess.start(dir, config);
   await daemon.ready(["valve-1"]);
