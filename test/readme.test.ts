@@ -2,19 +2,19 @@
  * The README's examples, executed: every `console` block preceded by
  * `<!-- readme-test -->` runs in order, as one session, against a private Mosquitto, the
  * real daemon on config/embedded.yaml's actuator and the simulated valve. `$ ` lines are
- * commands (run by bash, `fencegate` being this checkout's CLI); the lines after them are
+ * commands (run by bash in the checkout, so `npx fencegate` is its CLI); the lines after them are
  * the expected output, where a line ending in `...` only has to match its beginning.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, FENCEGATE_BIN } from "./support/daemon.ts";
+import { DaemonProcess } from "./support/daemon.ts";
 import { startMosquitto, type Broker } from "./support/mosquitto.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -46,7 +46,6 @@ let dir: string;
 let broker: Broker;
 let sim: SimulatorHandle;
 let daemon: DaemonProcess;
-let binDir: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-readme-"));
@@ -72,10 +71,6 @@ beforeAll(async () => {
     void watcher.subscribeAsync("fencegate/valve-1/state");
   });
   await watcher.endAsync();
-  binDir = join(dir, "bin");
-  mkdirSync(binDir);
-  writeFileSync(join(binDir, "fencegate"), `#!/bin/sh\nexec "${process.execPath}" "${FENCEGATE_BIN}" "$@"\n`);
-  chmodSync(join(binDir, "fencegate"), 0o755);
 });
 
 afterAll(async () => {
@@ -101,7 +96,8 @@ describe("README examples", () => {
         ({ stdout: output } = await promisify(execFile)("bash", ["-c", `{ ${command}
 } 2>&1`], {
           cwd: ROOT,
-          env: { ...process.env, PATH: `${binDir}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
+          // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
+          env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
           encoding: "utf8",
           timeout: 20_000,
         }));
