@@ -4,8 +4,9 @@
  * (else embeds one), starts the simulated actuator for every TCP bus on this machine, and
  * runs the daemon until Ctrl-C.
  */
-import { mkdirSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
+import { homedir } from "node:os";
+import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import type { GatewayConfig } from "../config/schema.ts";
@@ -53,6 +54,25 @@ export async function startLocalSimulators(config: GatewayConfig, stateDir: stri
   return sims;
 }
 
+/**
+ * The embedded defaults keep their state in the package's var/ (a checkout's). Installed
+ * with npm install -g the package may not be writable by the user: then the user's state
+ * directory ($XDG_STATE_HOME/fencegate, else ~/.local/state/fencegate), said in a line.
+ */
+function withWritableState(config: GatewayConfig): GatewayConfig {
+  const dir = dirname(config.journal.path);
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    return config;
+  } catch {
+    const state = join(process.env["XDG_STATE_HOME"] || join(homedir(), ".local/state"), "fencegate");
+    mkdirSync(state, { recursive: true });
+    console.error(`fencegate: ${dir} is not writable; keeping the journal and the simulator's state in ${state}`);
+    return { ...config, journal: { ...config.journal, path: join(state, basename(config.journal.path)) } };
+  }
+}
+
 /** A port the configuration names is taken by another process. */
 export class PortInUseError extends Error {
   constructor(setting: string, host: string, port: number, what: string) {
@@ -72,8 +92,9 @@ export async function main(argv: string[]): Promise<number> {
     console.log(HELP);
     return EXIT.OK;
   }
-  const config = loadConfigOrSay(values.config ?? EMBEDDED_CONFIG);
-  if (config === null) return EXIT.CONFIG;
+  const loaded = loadConfigOrSay(values.config ?? EMBEDDED_CONFIG);
+  if (loaded === null) return EXIT.CONFIG;
+  const config = values.config === undefined ? withWritableState(loaded) : loaded;
   const url = new URL(config.mqtt.url);
   const brokerPort = Number(url.port || 1883);
   let broker;
@@ -94,7 +115,8 @@ export async function main(argv: string[]): Promise<number> {
       ? `fencegate: no broker answered at ${config.mqtt.url}; embedded one at ${broker.url} (MQTT 3.1.1; the CLI falls back to it by itself)`
       : `fencegate: using the broker at ${broker.url}`,
   );
-  console.error(`fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`npx fencegate status\` in another terminal.`);
+  const cli = existsSync(join(PACKAGE_ROOT, "src")) ? "npx fencegate" : "fencegate"; // a checkout, or the installed package
+  console.error(`fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`${cli} status\` in another terminal.`);
   try {
     return await serve({ ...config, mqtt: { ...config.mqtt, url: broker.url, protocolVersion: broker.protocolVersion } });
   } finally {

@@ -9,12 +9,13 @@
  * very Node, in the layout prebuild-install asks for.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { filesUnder, gatewaySourceCopy, npmPack, ROOT, run, type Run } from "../support/packages.ts";
 
 let dir: string;
@@ -22,6 +23,9 @@ let prefix: string;
 let prebuilt: Server;
 const downloads: string[] = [];
 let installed: Run;
+/** docs/deploy.md's way: the tarball unpacked into a directory, npm install --omit=dev there. */
+let deployDir: string;
+let deployed: Run;
 
 const SQLITE = JSON.parse(readFileSync(join(ROOT, "node_modules/better-sqlite3/package.json"), "utf8")) as { version: string };
 
@@ -38,11 +42,13 @@ beforeAll(async () => {
   await new Promise((r) => prebuilt.once("listening", r));
 
   const tarball = await npmPack(gatewaySourceCopy(join(dir, "source")), dir);
+  const env = { npm_config_better_sqlite3_binary_host: `http://127.0.0.1:${(prebuilt.address() as AddressInfo).port}` };
   prefix = join(dir, "prefix");
-  installed = await run("npm", ["install", "-g", "--prefix", prefix, tarball], {
-    cwd: dir,
-    env: { npm_config_better_sqlite3_binary_host: `http://127.0.0.1:${(prebuilt.address() as AddressInfo).port}` },
-  });
+  installed = await run("npm", ["install", "-g", "--prefix", prefix, tarball], { cwd: dir, env });
+  deployDir = join(dir, "opt-fencegate");
+  mkdirSync(deployDir);
+  execFileSync("tar", ["-xzf", tarball, "-C", deployDir, "--strip-components=1"]);
+  deployed = await run("npm", ["install", "--omit=dev"], { cwd: deployDir, env });
 }, 300_000);
 
 afterAll(async () => {
@@ -80,5 +86,13 @@ describe("the gateway package", () => {
     expect(demo.code).toBe(0);
     expect(demo.stdout).toContain("REFUSED STALE_TOKEN");
     expect(demo.stdout).toContain("Summary: without fencing the stale write won; with fencegate it was refused.");
+  });
+
+  it("installs as docs/deploy.md says: unpacked into a directory, npm install --omit=dev, the unit's command line", async () => {
+    expect(deployed.code, deployed.stderr).toBe(0);
+    expect(existsSync(join(deployDir, "node_modules/better-sqlite3"))).toBe(true);
+    expect(existsSync(join(deployDir, "node_modules/typescript"))).toBe(false);
+    const version = await run(process.execPath, [...NODE_FLAGS, join(deployDir, "bin/fencegate.mjs"), "--version"], { cwd: dir });
+    expect(version).toMatchObject({ code: 0, stdout: expect.stringMatching(/^fencegate \d+\.\d+\.\d+ /) });
   });
 });
