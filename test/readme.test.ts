@@ -11,6 +11,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import mqtt from "mqtt";
+import { brokerAddress } from "../src/client/client.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
@@ -62,7 +63,7 @@ beforeAll(async () => {
   daemon = DaemonProcess.start(dir, config);
   await daemon.ready(["valve-1"]);
   // The README's first command shows the polled points: wait for them to be published.
-  const watcher = await mqtt.connectAsync(broker.url);
+  const watcher = await mqtt.connectAsync(brokerAddress(broker.url));
   await new Promise<void>((done) => {
     watcher.on("message", (_t, payload) => {
       const state = JSON.parse(payload.toString());
