@@ -53,7 +53,8 @@ function nativeProblem() {
     new Database(":memory:").close();
     return null;
   } catch (err) {
-    return err.message.split("\n")[0];
+    const abi = /NODE_MODULE_VERSION (\d+)[\s\S]*NODE_MODULE_VERSION (\d+)/.exec(err.message);
+    return abi ? `it was built for NODE_MODULE_VERSION ${abi[1]}, this Node needs ${abi[2]}` : err.message.replace(/\s+/g, " ");
   }
 }
 
