@@ -93,7 +93,8 @@ interface Context {
   connect(): Promise<FencegateClient>;
   /**
    * `request` (a request to the gateway), or an error saying plainly that no gateway is
-   * online when none has said so (B/gateway/+/status) within NO_GATEWAY_MS and no reply came.
+   * online: when no reply came within NO_GATEWAY_MS and no gateway says online on
+   * B/gateway/+/status (retained) within GATEWAY_STATUS_WAIT_MS more.
    */
   answered<T>(request: Promise<T>): Promise<T>;
   /** A command's result: `human`, or with --json `{"ok": true, ...json}`. */
@@ -107,11 +108,26 @@ class UsageError extends Error {}
 /** No gateway has said it is online under the base topic, and no reply came. */
 class NoGatewayError extends Error {}
 
-/**
- * How long a request may go unanswered before, with no gateway online, the CLI says so:
- * retained statuses arrive right after subscribing, so a second is ample.
- */
+/** How long a request may go unanswered before the CLI looks whether any gateway is online. */
 const NO_GATEWAY_MS = 1000;
+/** Retained statuses arrive right after subscribing: this is ample. */
+const GATEWAY_STATUS_WAIT_MS = 500;
+
+/**
+ * Whether any gateway says online (its retained B/gateway/<id>/status). Subscribes only for
+ * the look: a command's own subscription to the same filter later (status, watch) must
+ * get the retained statuses again, which a subscription still in place would prevent.
+ */
+async function anyGatewayOnline(client: FencegateClient): Promise<boolean> {
+  let statuses: Awaited<ReturnType<FencegateClient["gatewayStatuses"]>> | undefined;
+  let sawOnline = () => {};
+  const online = new Promise<void>((resolve) => (sawOnline = resolve));
+  statuses = await client.gatewayStatuses(() => statuses?.anyOnline() && sawOnline());
+  if (!statuses.anyOnline()) await Promise.race([online, new Promise((resolve) => setTimeout(resolve, GATEWAY_STATUS_WAIT_MS))]);
+  const answer = statuses.anyOnline();
+  await statuses.stop();
+  return answer;
+}
 
 function need(ctx: Context, index: number, what: string): string {
   const v = ctx.args[index];
@@ -416,7 +432,6 @@ export async function runController(argv: string[]): Promise<number> {
   }
   const json = values.json === true;
   let client: FencegateClient | null = null;
-  let gatewaysOnline: Promise<boolean> = Promise.resolve(true);
   let brokerUrl = "the broker";
   const ctx: Context = {
     args: parsed.positionals,
@@ -428,16 +443,18 @@ export async function runController(argv: string[]): Promise<number> {
       const timeoutMs = integer(values["timeout-ms"], "timeout-ms", 1) ?? 5000;
       const connected = await connectNegotiating(settings, values.mqtt3 === true, timeoutMs);
       client = connected;
-      // Every gateway keeps a retained status (its last will says offline); they arrive
-      // right after subscribing.
-      const gateways = await connected.gatewayStatuses();
-      gatewaysOnline = new Promise((resolve) => setTimeout(() => resolve(gateways.anyOnline()), NO_GATEWAY_MS).unref());
       return connected;
     },
     async answered(request) {
-      const absent = gatewaysOnline.then((online) => (online ? new Promise<never>(() => {}) : Promise.reject(new NoGatewayError(`no fencegate gateway is online on ${brokerUrl} (nothing says online on ${client?.base}/gateway/+/status): start the daemon, or check --broker and --base`))));
-      absent.catch(() => {}); // the request may win the race
-      return Promise.race([request, absent]);
+      const settled = request.then(
+        () => "answered" as const,
+        () => "answered" as const,
+      );
+      const slow = new Promise<"slow">((resolve) => setTimeout(() => resolve("slow"), NO_GATEWAY_MS).unref());
+      if ((await Promise.race([settled, slow])) === "slow" && client !== null && !(await anyGatewayOnline(client))) {
+        throw new NoGatewayError(`no fencegate gateway is online on ${brokerUrl} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`);
+      }
+      return request;
     },
     print(human, data) {
       console.log(json ? JSON.stringify({ ok: true, ...data }) : human);
