@@ -35,6 +35,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { SourceMap } from "node:module";
 import { parseArgs } from "node:util";
 import mqtt from "mqtt";
+import { brokerAddress } from "../src/client/client.ts";
 import M from "modbus-serial";
 import { openSqliteJournal } from "../src/adapters/journal/sqlite.ts";
 import { DIST_MAIN, distIsFresh } from "../bin/dist.mjs";
@@ -234,8 +235,8 @@ async function timeEach(n: number, once: () => Promise<unknown>): Promise<number
 
 async function floorMqtt(world: World, n: number): Promise<number[]> {
   const id = randomUUID().slice(0, 8);
-  const responder = tcpNoDelay(await mqtt.connectAsync(world.broker.url, { protocolVersion: 5, clientId: `bench-echo-${id}`, reconnectPeriod: 0 }));
-  const requester = tcpNoDelay(await mqtt.connectAsync(world.broker.url, { protocolVersion: 5, clientId: `bench-req-${id}`, reconnectPeriod: 0 }));
+  const responder = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-echo-${id}`, reconnectPeriod: 0 }));
+  const requester = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-req-${id}`, reconnectPeriod: 0 }));
   const requestTopic = `bench/${id}/echo`;
   const replyTopic = `bench/${id}/reply`;
   responder.on("message", (_topic, payload, packet) => {

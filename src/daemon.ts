@@ -70,7 +70,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     throw error;
   }
   if (journal.fresh) {
-    log.warn({ journal: config.journal.path }, "starting with a fresh journal: tokens start above the fences the fenced devices report");
+    log.info({ journal: config.journal.path }, "new journal created: tokens start above the fences the fenced devices report");
   }
   for (const [actuator, s] of snapshots) {
     log.info({ actuator, highestGranted: s.highestGranted, fence: s.fence }, "journal loaded");

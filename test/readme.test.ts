@@ -2,19 +2,20 @@
  * The README's examples, executed: every `console` block preceded by
  * `<!-- readme-test -->` runs in order, as one session, against a private Mosquitto, the
  * real daemon on config/embedded.yaml's actuator and the simulated valve. `$ ` lines are
- * commands (run by bash, `fencegate` being this checkout's CLI); the lines after them are
+ * commands (run by bash in the checkout, so `npx fencegate` is its CLI); the lines after them are
  * the expected output, where a line ending in `...` only has to match its beginning.
  */
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import mqtt from "mqtt";
+import { brokerAddress } from "../src/client/client.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, FENCEGATE_BIN } from "./support/daemon.ts";
+import { DaemonProcess } from "./support/daemon.ts";
 import { freePort } from "./support/ports.ts";
 import { startMosquitto, type Broker } from "./support/mosquitto.ts";
 
@@ -47,7 +48,6 @@ let dir: string;
 let broker: Broker;
 let sim: SimulatorHandle;
 let daemon: DaemonProcess;
-let binDir: string;
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-readme-"));
@@ -64,7 +64,7 @@ beforeAll(async () => {
   daemon = DaemonProcess.start(dir, config);
   await daemon.ready(["valve-1"]);
   // The README's first command shows the polled points: wait for them to be published.
-  const watcher = await mqtt.connectAsync(broker.url);
+  const watcher = await mqtt.connectAsync(brokerAddress(broker.url));
   await new Promise<void>((done) => {
     watcher.on("message", (_t, payload) => {
       const state = JSON.parse(payload.toString());
@@ -73,10 +73,6 @@ beforeAll(async () => {
     void watcher.subscribeAsync("fencegate/valve-1/state");
   });
   await watcher.endAsync();
-  binDir = join(dir, "bin");
-  mkdirSync(binDir);
-  writeFileSync(join(binDir, "fencegate"), `#!/bin/sh\nexec "${process.execPath}" "${FENCEGATE_BIN}" "$@"\n`);
-  chmodSync(join(binDir, "fencegate"), 0o755);
 });
 
 afterAll(async () => {
@@ -102,7 +98,8 @@ describe("README examples", () => {
         ({ stdout: output } = await promisify(execFile)("bash", ["-c", `{ ${command}
 } 2>&1`], {
           cwd: ROOT,
-          env: { ...process.env, PATH: `${binDir}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
+          // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
+          env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
           encoding: "utf8",
           timeout: 20_000,
         }));

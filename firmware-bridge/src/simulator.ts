@@ -7,7 +7,7 @@ import fs from "node:fs";
 import net from "node:net";
 import { performance } from "node:perf_hooks";
 import { SerialPort } from "serialport";
-import { z } from "zod";
+import * as z from "zod";
 import { MemoryEeprom } from "./device.ts";
 import type { DeviceConfig, DeviceSnapshot, Eeprom, Profile } from "./device.ts";
 import { POSITION_SCALE, positionToRaw } from "./profile.ts";

@@ -7,6 +7,7 @@ import { hostname } from "node:os";
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import { loadConfigFile } from "../config/load.ts";
 import { FencegateClient, FencegateError, FencegateTimeoutError, withGatewayStatus, type ActuatorState } from "../client/index.ts";
+import { HOLDER_PATTERN } from "../client/client.ts";
 
 /** Exit codes: one per class of outcome. */
 export const EXIT = {
@@ -68,7 +69,8 @@ const COMMON_HELP = `connection (flags, else environment, else the daemon's --co
       --base TOPIC        FENCEGATE_BASE       default fencegate
       --username U        FENCEGATE_USERNAME
       --password P        FENCEGATE_PASSWORD
-      --mqtt3             use MQTT 3.1.1 (replies on <base>/<actuator>/reply/<holder>)
+      --mqtt3             use MQTT 3.1.1 (replies on <base>/<actuator>/reply/<holder>);
+                          without it MQTT 5, falling back to 3.1.1 if the broker refuses 5
       --timeout-ms N      how long to wait for a reply (default 5000)
       --json              print JSON for scripts
   -h, --help
@@ -89,10 +91,43 @@ interface Context {
   readonly values: Record<string, string | boolean | undefined>;
   readonly json: boolean;
   connect(): Promise<FencegateClient>;
-  print(human: string, json: unknown): void;
+  /**
+   * `request` (a request to the gateway), or an error saying plainly that no gateway is
+   * online: when no reply came within NO_GATEWAY_MS and no gateway says online on
+   * B/gateway/+/status (retained) within GATEWAY_STATUS_WAIT_MS more.
+   */
+  answered<T>(request: Promise<T>): Promise<T>;
+  /** A command's result: `human`, or with --json `{"ok": true, ...json}`. */
+  print(human: string, json: Record<string, unknown>): void;
+  /** One item of a stream (watch): `human`, or with --json the item as it is. */
+  printItem(human: string, json: unknown): void;
 }
 
 class UsageError extends Error {}
+
+/** No gateway has said it is online under the base topic, and no reply came. */
+class NoGatewayError extends Error {}
+
+/** How long a request may go unanswered before the CLI looks whether any gateway is online. */
+const NO_GATEWAY_MS = 1000;
+/** Retained statuses arrive right after subscribing: this is ample. */
+const GATEWAY_STATUS_WAIT_MS = 500;
+
+/**
+ * Whether any gateway says online (its retained B/gateway/<id>/status). Subscribes only for
+ * the look: a command's own subscription to the same filter later (status, watch) must
+ * get the retained statuses again, which a subscription still in place would prevent.
+ */
+async function anyGatewayOnline(client: FencegateClient): Promise<boolean> {
+  let statuses: Awaited<ReturnType<FencegateClient["gatewayStatuses"]>> | undefined;
+  let sawOnline = () => {};
+  const online = new Promise<void>((resolve) => (sawOnline = resolve));
+  statuses = await client.gatewayStatuses(() => statuses?.anyOnline() && sawOnline());
+  if (!statuses.anyOnline()) await Promise.race([online, new Promise((resolve) => setTimeout(resolve, GATEWAY_STATUS_WAIT_MS))]);
+  const answer = statuses.anyOnline();
+  await statuses.stop();
+  return answer;
+}
 
 function need(ctx: Context, index: number, what: string): string {
   const v = ctx.args[index];
@@ -113,14 +148,19 @@ function requiredInteger(value: string | boolean | undefined, name: string, min 
   return n;
 }
 
+/**
+ * Decimal numbers only: Number() would also take "" and " " (as 0), "0x1F" and "0b11", and
+ * "1e3"; an operator's typo must not become a setpoint.
+ */
+const DECIMAL = /^[-+]?(?:\d+(?:\.\d*)?|\.\d+)$/;
+
 function parseSet(pairs: readonly string[]): Record<string, number> {
   if (pairs.length === 0) throw new UsageError("give at least one point=value");
   const set: Record<string, number> = {};
   for (const pair of pairs) {
-    const m = /^([A-Za-z0-9_.-]+)=(.+)$/.exec(pair);
-    const value = m ? Number(m[2]) : Number.NaN;
-    if (!m || !Number.isFinite(value)) throw new UsageError(`"${pair}" is not point=number`);
-    set[m[1]!] = value;
+    const m = /^([A-Za-z0-9_.-]+)=(.*)$/.exec(pair);
+    if (!m || !DECIMAL.test(m[2]!)) throw new UsageError(`"${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)`);
+    set[m[1]!] = Number(m[2]);
   }
   return set;
 }
@@ -147,7 +187,7 @@ function formatState(s: ActuatorState): string {
 function leaseTokenCommand(
   verb: "lease/renew" | "lease/release",
   summary: string,
-  report: (actuator: string, token: number, lease: { holder: string; token: number; ttlMs: number } | null) => [string, unknown],
+  report: (actuator: string, token: number, lease: { holder: string; token: number; ttlMs: number } | null) => [string, Record<string, unknown>],
 ): Command {
   const name = verb.replace("/", " ");
   return {
@@ -159,7 +199,7 @@ function leaseTokenCommand(
       const actuator = need(ctx, 0, "ACTUATOR");
       const token = requiredInteger(ctx.values.token, "token", 1);
       const client = await ctx.connect();
-      const reply = await client.request(actuator, verb, { holder: client.holder, token });
+      const reply = await ctx.answered(client.request(actuator, verb, { holder: client.holder, token }));
       ctx.print(...report(actuator, token, reply.lease as { holder: string; token: number; ttlMs: number } | null));
       return EXIT.OK;
     },
@@ -176,7 +216,7 @@ const COMMANDS: Record<string, Command> = {
       const actuator = need(ctx, 0, "ACTUATOR");
       const ttlMs = requiredInteger(ctx.values["ttl-ms"], "ttl-ms", 1);
       const client = await ctx.connect();
-      const reply = await client.request(actuator, "lease/acquire", { holder: client.holder, ttlMs });
+      const reply = await ctx.answered(client.request(actuator, "lease/acquire", { holder: client.holder, ttlMs }));
       const lease = reply.lease as { holder: string; token: number; ttlMs: number };
       ctx.print(`${actuator}: lease granted to ${lease.holder}, token ${lease.token}, ttl ${lease.ttlMs} ms (renew before it runs out)`, { actuator, ...lease });
       return EXIT.OK;
@@ -204,7 +244,7 @@ const COMMANDS: Record<string, Command> = {
       const seq = integer(ctx.values.seq, "seq") ?? Date.now();
       const deadlineMs = integer(ctx.values["deadline-ms"], "deadline-ms", 1);
       const client = await ctx.connect();
-      const reply = await client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
+      const reply = await ctx.answered(client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) }));
       const applied = reply.applied as Record<string, number>;
       ctx.print(`${actuator}: applied ${Object.entries(applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${token}, seq ${seq})`, { actuator, token, seq, applied });
       return EXIT.OK;
@@ -218,8 +258,8 @@ const COMMANDS: Record<string, Command> = {
     async run(ctx) {
       const actuator = need(ctx, 0, "ACTUATOR");
       const client = await ctx.connect();
-      const state = await client.read(actuator);
-      ctx.print(formatState(state), state);
+      const state = await ctx.answered(client.read(actuator));
+      ctx.print(formatState(state), { ...state });
       return EXIT.OK;
     },
   },
@@ -257,7 +297,7 @@ const COMMANDS: Record<string, Command> = {
       ];
       const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
       const human = rows.length === 0 ? "no actuator states on this broker (is the daemon running? right --base?)" : table.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
-      ctx.print(human, rows);
+      ctx.print(human, { actuators: rows });
       return EXIT.OK;
     },
   },
@@ -270,15 +310,21 @@ const COMMANDS: Record<string, Command> = {
       const actuator = need(ctx, 0, "ACTUATOR");
       const count = integer(ctx.values.count, "count", 1);
       const client = await ctx.connect();
+      // Said at once if the gateway does not know the actuator, or no gateway is online;
+      // a device that is down does not stop the watch.
+      await ctx.answered(client.read(actuator)).catch((err: unknown) => {
+        if (!(err instanceof FencegateError) || CODE_CLASS[err.code] === EXIT.INVALID) throw err;
+      });
       const abort = new AbortController();
       process.once("SIGINT", () => abort.abort());
       let seen = 0;
       for await (const item of client.watch(actuator, { signal: abort.signal })) {
-        if (item.kind === "state") ctx.print(`[state] ${formatState(item.state).replace(/\n\s*/g, " | ")}`, item);
+        if (item.kind === "state") ctx.printItem(`[state] ${formatState(item.state).replace(/\n\s*/g, " | ")}`, item);
         else {
           const e = item.event;
-          const detail = [e.holder && `holder=${e.holder}`, e.token !== undefined && `token=${e.token}`, e.seq !== undefined && `seq=${e.seq}`, e.code && `code=${e.code}`].filter(Boolean).join(" ");
-          ctx.print(`[${e.at}] ${e.type.padEnd(15)} ${detail}`, item);
+          const applied = e.applied && Object.entries(e.applied).map(([k, v]) => `${k}=${v}`).join(" ");
+          const detail = [applied, e.holder && `holder=${e.holder}`, e.token !== undefined && `token=${e.token}`, e.seq !== undefined && `seq=${e.seq}`, e.code && `code=${e.code}`].filter(Boolean).join(" ");
+          ctx.printItem(`[${e.at}] ${e.type.padEnd(15)} ${detail}`, item);
         }
         if (count !== undefined && ++seen >= count) break;
       }
@@ -291,8 +337,21 @@ function helpFor(name: string, cmd: Command): string {
   return [`usage: ${cmd.usage}`, "", cmd.summary, "", "examples:", ...cmd.examples.map((e) => `  ${e}`), "", COMMON_HELP].join("\n");
 }
 
+/** A usage error in three lines: what is wrong, the usage line, where the rest is. */
+function shortUsage(name: string, message: string, usage: string): string {
+  return `fencegate ${name}: ${message}\nusage: ${usage}\nRun \`fencegate ${name} --help\` for the options and examples.`;
+}
+
 export function controllerHelp(): string[] {
   return Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
+}
+
+/** Commands with subcommands ("lease acquire"): their names and what each does. */
+function groupHelp(group: string): string | null {
+  const members = Object.entries(COMMANDS).filter(([name]) => name.startsWith(`${group} `));
+  if (members.length === 0) return null;
+  const width = Math.max(...members.map(([name]) => name.length));
+  return [`usage: fencegate ${group} <${members.map(([name]) => name.slice(group.length + 1)).join("|")}> ACTUATOR [options]`, "", ...members.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`), "", `Run \`fencegate ${group} <command> --help\` for its options and examples.`].join("\n");
 }
 
 export function isControllerCommand(argv: readonly string[]): boolean {
@@ -310,20 +369,52 @@ function connectionSettings(values: Record<string, string | boolean | undefined>
   const env = process.env;
   const file = typeof values.config === "string" ? loadConfigFile(values.config) : undefined;
   const str = (v: string | boolean | undefined) => (typeof v === "string" ? v : undefined);
+  const holder = str(values.holder) ?? env.FENCEGATE_HOLDER ?? `cli-${hostname().replace(/[^A-Za-z0-9._:-]/g, "-")}`;
+  if (!HOLDER_PATTERN.test(holder)) throw new UsageError(`holder "${holder}" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)`);
   return {
     url: str(values.broker) ?? env.FENCEGATE_BROKER ?? file?.mqtt.url ?? "mqtt://127.0.0.1:1883",
-    holder: str(values.holder) ?? env.FENCEGATE_HOLDER ?? `cli-${hostname().replace(/[^A-Za-z0-9._:-]/g, "-")}`,
+    holder,
     baseTopic: str(values.base) ?? env.FENCEGATE_BASE ?? file?.mqtt.baseTopic ?? "fencegate",
     username: str(values.username) ?? env.FENCEGATE_USERNAME ?? file?.mqtt.username,
     password: str(values.password) ?? env.FENCEGATE_PASSWORD ?? file?.mqtt.password,
-    protocolVersion: values.mqtt3 ? (4 as const) : (5 as const),
   };
+}
+
+/** The broker refused the protocol version (3.1.1's CONNACK code 1, MQTT 5's reason 0x84). */
+function refusedProtocol(err: unknown): boolean {
+  const code = (err as { code?: unknown }).code;
+  return code === 1 || code === 0x84;
+}
+
+/**
+ * Connects with MQTT 5 unless told to use 3.1.1, and falls back to 3.1.1 by itself when the
+ * broker refuses 5 (the embedded broker of `fencegate start`, older brokers).
+ */
+async function connectNegotiating(settings: ReturnType<typeof connectionSettings>, mqtt3: boolean, timeoutMs: number): Promise<FencegateClient> {
+  const options = { ...settings, requestTimeoutMs: timeoutMs };
+  const attempt = (protocolVersion: 4 | 5) =>
+    Promise.race([
+      FencegateClient.connect({ ...options, protocolVersion }),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new FencegateTimeoutError(`cannot reach the broker at ${settings.url} within ${timeoutMs} ms`)), timeoutMs).unref()),
+    ]);
+  if (mqtt3) return attempt(4);
+  try {
+    return await attempt(5);
+  } catch (err) {
+    if (!refusedProtocol(err)) throw err;
+    return attempt(4);
+  }
 }
 
 export async function runController(argv: string[]): Promise<number> {
   const resolved = resolveCommand(argv);
   if (!resolved) {
-    console.error(`fencegate: unknown command "${argv.join(" ")}"`);
+    const group = argv[0] === undefined ? null : groupHelp(argv[0]);
+    if (group !== null && (argv[1] === "--help" || argv[1] === "-h")) {
+      console.log(group);
+      return EXIT.OK;
+    }
+    console.error(group !== null ? `fencegate ${argv[0]}: ${argv[1] === undefined ? "which one?" : `unknown command "${argv[1]}"`}\n${group}` : `fencegate: unknown command "${argv.join(" ")}". Run \`fencegate --help\` for the commands.`);
     return EXIT.USAGE;
   }
   const cmd = COMMANDS[resolved.name]!;
@@ -331,7 +422,7 @@ export async function runController(argv: string[]): Promise<number> {
   try {
     parsed = parseArgs({ args: resolved.rest, options: { ...COMMON_OPTIONS, ...cmd.options }, allowPositionals: true, strict: true });
   } catch (err) {
-    console.error(`fencegate ${resolved.name}: ${(err as Error).message}\n\n${helpFor(resolved.name, cmd)}`);
+    console.error(shortUsage(resolved.name, (err as Error).message, cmd.usage));
     return EXIT.USAGE;
   }
   const values = parsed.values as Record<string, string | boolean | undefined>;
@@ -341,20 +432,34 @@ export async function runController(argv: string[]): Promise<number> {
   }
   const json = values.json === true;
   let client: FencegateClient | null = null;
+  let brokerUrl = "the broker";
   const ctx: Context = {
     args: parsed.positionals,
     values,
     json,
     async connect() {
       const settings = connectionSettings(values);
+      brokerUrl = settings.url;
       const timeoutMs = integer(values["timeout-ms"], "timeout-ms", 1) ?? 5000;
-      client = await Promise.race([
-        FencegateClient.connect({ ...settings, requestTimeoutMs: timeoutMs }),
-        new Promise<never>((_, reject) => setTimeout(() => reject(new FencegateTimeoutError(`cannot reach the broker at ${settings.url}`)), timeoutMs).unref()),
-      ]);
-      return client;
+      const connected = await connectNegotiating(settings, values.mqtt3 === true, timeoutMs);
+      client = connected;
+      return connected;
+    },
+    async answered(request) {
+      const settled = request.then(
+        () => "answered" as const,
+        () => "answered" as const,
+      );
+      const slow = new Promise<"slow">((resolve) => setTimeout(() => resolve("slow"), NO_GATEWAY_MS).unref());
+      if ((await Promise.race([settled, slow])) === "slow" && client !== null && !(await anyGatewayOnline(client))) {
+        throw new NoGatewayError(`no fencegate gateway is online on ${brokerUrl} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`);
+      }
+      return request;
     },
     print(human, data) {
+      console.log(json ? JSON.stringify({ ok: true, ...data }) : human);
+    },
+    printItem(human, data) {
       console.log(json ? JSON.stringify(data) : human);
     },
   };
@@ -362,7 +467,7 @@ export async function runController(argv: string[]): Promise<number> {
     return await cmd.run(ctx);
   } catch (err) {
     if (err instanceof UsageError) {
-      console.error(`fencegate ${resolved.name}: ${err.message}\n\n${helpFor(resolved.name, cmd)}`);
+      console.error(shortUsage(resolved.name, err.message, cmd.usage));
       return EXIT.USAGE;
     }
     if (err instanceof FencegateError) {
@@ -370,9 +475,11 @@ export async function runController(argv: string[]): Promise<number> {
       else console.error(`${err.message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`);
       return CODE_CLASS[err.code] ?? EXIT.INTERNAL;
     }
-    if (err instanceof FencegateTimeoutError || (err as { code?: string }).code === "ECONNREFUSED") {
-      if (json) console.log(JSON.stringify({ ok: false, error: { code: "TIMEOUT", message: (err as Error).message } }));
-      else console.error(`no answer: ${(err as Error).message}`);
+    const code = (err as { code?: string }).code;
+    if (err instanceof FencegateTimeoutError || err instanceof NoGatewayError || code === "ECONNREFUSED") {
+      const message = code === "ECONNREFUSED" ? `cannot reach the broker at ${brokerUrl}: connection refused (is it running? set --broker or FENCEGATE_BROKER)` : (err as Error).message;
+      if (json) console.log(JSON.stringify({ ok: false, error: { code: err instanceof NoGatewayError ? "NO_GATEWAY" : "TIMEOUT", message } }));
+      else console.error(`no answer: ${message}`);
       return EXIT.UNAVAILABLE;
     }
     console.error(`fencegate ${resolved.name}: ${String(err)}`);

@@ -8,16 +8,20 @@ import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
 import { DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
+import { LOG_FORMATS, prettyDestination, type LogFormat } from "./pretty-log.ts";
 
+/** 78 (EX_CONFIG) also when a port the configuration names is in use: the setting is named. */
 export const EXIT = { OK: 0, USAGE: 64, CONFIG: 78, JOURNAL: 74, INTERNAL: 70 } as const;
 
-const HELP = `usage: fencegate daemon --config FILE [--log-level LEVEL]
+const HELP = `usage: fencegate daemon --config FILE [--log-level LEVEL] [--log-format pretty|json]
 
 Runs the gateway: owns the Modbus buses, answers the MQTT API, keeps the journal.
 
 options:
   -c, --config FILE     the YAML configuration (see config/*.yaml)
       --log-level LEVEL override logging.level (trace|debug|info|warn|error|fatal)
+      --log-format F    pretty (one line per decision; the default on a terminal) or
+                        json (pino; the default otherwise, e.g. under systemd)
   -h, --help            this text
 
 examples:
@@ -25,45 +29,54 @@ examples:
   fencegate daemon -c config/embedded.yaml --log-level debug
 
 exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable, failing or missing committed
-            history (see fencegate journal recover), 78 configuration invalid or another
-            gateway with the same gatewayId on the broker`;
+            history (see fencegate journal recover), 78 configuration invalid, a port it
+            names in use, or another gateway with the same gatewayId on the broker`;
 
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
     ({ values } = parseArgs({
       args: argv,
-      options: { config: { type: "string", short: "c" }, "log-level": { type: "string" }, help: { type: "boolean", short: "h" } },
+      options: { config: { type: "string", short: "c" }, "log-level": { type: "string" }, "log-format": { type: "string" }, help: { type: "boolean", short: "h" } },
       strict: true,
     }));
   } catch (err) {
-    console.error(`fencegate daemon: ${(err as Error).message}\n\n${HELP}`);
+    console.error(`fencegate daemon: ${(err as Error).message}\nRun \`fencegate daemon --help\` for the options.`);
     return EXIT.USAGE;
   }
   if (values.help) {
     console.log(HELP);
     return EXIT.OK;
   }
-  if (!values.config) {
-    console.error(`fencegate daemon: --config is required\n\n${HELP}`);
+  const format = values["log-format"];
+  if (!values.config || (format !== undefined && !LOG_FORMATS.includes(format as LogFormat))) {
+    console.error(`fencegate daemon: ${values.config ? "--log-format is pretty or json" : "--config is required"}\nusage: fencegate daemon --config FILE [--log-level LEVEL] [--log-format pretty|json]`);
     return EXIT.USAGE;
   }
-  return runDaemon(values.config, values["log-level"]);
+  return runDaemon(values.config, values["log-level"], format as LogFormat | undefined);
+}
+
+/** The configuration, or null after printing every problem in it (exit with EXIT.CONFIG). */
+export function loadConfigOrSay(configPath: string): GatewayConfig | null {
+  try {
+    return loadConfigFile(configPath);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    console.error(err.message);
+    return null;
+  }
+}
+
+/** Whether `err` is a listen on `port` refused because another process has it. */
+export function portInUse(err: unknown, port: number): boolean {
+  const e = err as { code?: unknown; port?: unknown };
+  return e?.code === "EADDRINUSE" && (e.port === undefined || e.port === port);
 }
 
 /** Loads the configuration, runs the daemon until SIGTERM/SIGINT, returns the exit code. */
-export async function runDaemon(configPath: string, logLevel?: string): Promise<number> {
-  let config;
-  try {
-    config = loadConfigFile(configPath);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      console.error(err.message);
-      return EXIT.CONFIG;
-    }
-    throw err;
-  }
-  return serve(config, logLevel, configPath);
+export async function runDaemon(configPath: string, logLevel?: string, logFormat?: LogFormat): Promise<number> {
+  const config = loadConfigOrSay(configPath);
+  return config === null ? EXIT.CONFIG : serve(config, logLevel, configPath, logFormat);
 }
 
 const LOG_CHUNK_BYTES = 8 * 1024; // below sonic-boom's largest single write (16 KiB)
@@ -73,12 +86,13 @@ const LOG_FLUSH_MS = 200;
  * Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error.
  * `configPath` (when it came from a file) completes the commands a refusal tells one to run.
  */
-export async function serve(config: GatewayConfig, logLevel?: string, configPath?: string): Promise<number> {
-  // Buffered, asynchronous stdout: lines leave in writes of LOG_CHUNK_BYTES, or every
+export async function serve(config: GatewayConfig, logLevel?: string, configPath?: string, logFormat: LogFormat = process.stdout.isTTY ? "pretty" : "json"): Promise<number> {
+  // JSON: buffered, asynchronous stdout: lines leave in writes of LOG_CHUNK_BYTES, or every
   // LOG_FLUSH_MS, so a log line for every decision costs no write of its own under load
   // (each write is a hop to libuv's thread pool: 13 % of the daemon's CPU at 16 busy
-  // actuators when every line had one). Flushed before returning.
-  const destination = pino.destination({ dest: 1, sync: false, minLength: LOG_CHUNK_BYTES, periodicFlush: LOG_FLUSH_MS });
+  // actuators when every line had one). Flushed before returning. Pretty: a person at a
+  // terminal, one line at a time as it happens.
+  const destination = logFormat === "pretty" ? prettyDestination(process.stdout) : pino.destination({ dest: 1, sync: false, minLength: LOG_CHUNK_BYTES, periodicFlush: LOG_FLUSH_MS });
   const log = pino({ level: logLevel ?? config.logging.level }, destination);
   const flushed = (code: number) => new Promise<number>((resolve) => log.flush(() => resolve(code)));
   let daemon;
@@ -93,6 +107,11 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
       const recover = err.code === "JOURNAL_LOST_HISTORY" && configPath !== undefined ? { recover: `fencegate journal recover --config ${configPath}` } : {};
       log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);
       return flushed(EXIT.JOURNAL);
+    }
+    const { host, port } = config.metrics;
+    if (config.metrics.enabled && portInUse(err, port)) {
+      log.fatal({ setting: "metrics.port", host, port }, `port ${port} on ${host} (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false)`);
+      return flushed(EXIT.CONFIG);
     }
     log.fatal({ err: String(err) }, `the daemon could not start: ${err instanceof Error ? err.message : String(err)}`);
     return flushed(EXIT.INTERNAL);

@@ -3,6 +3,10 @@
  * Each subcommand lives in its own module and is loaded only when asked for, so `fencegate
  * sim` does not pay for the daemon's imports and vice versa.
  */
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { PACKAGE_ROOT } from "../package-root.ts";
+
 type Subcommand = (argv: string[]) => Promise<number>;
 
 const controller = async () => (await import("./controller.ts")).runController;
@@ -45,7 +49,12 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
 
 function usage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return ["usage: fencegate <command> [options]", "", "commands:", ...lines, "", "Run `fencegate <command> --help` for a command's options and examples."].join("\n");
+  return ["usage: fencegate <command> [options]", "", "commands:", ...lines, "", "Run `fencegate <command> --help` for a command's options and examples; `fencegate --version` for the version."].join("\n");
+}
+
+function version(): string {
+  const { version } = JSON.parse(readFileSync(join(PACKAGE_ROOT, "package.json"), "utf8")) as { version: string };
+  return `fencegate ${version} (Node ${process.versions.node})`;
 }
 
 async function run(argv: string[]): Promise<number> {
@@ -54,9 +63,13 @@ async function run(argv: string[]): Promise<number> {
     console.log(usage());
     return name === undefined ? 64 : 0;
   }
+  if (name === "--version" || name === "-V" || name === "version") {
+    console.log(version());
+    return 0;
+  }
   const sub = SUBCOMMANDS[name];
   if (!sub) {
-    console.error(`fencegate: unknown command "${name}"\n\n${usage()}`);
+    console.error(`fencegate: unknown command "${name}". Run \`fencegate --help\` for the commands.`);
     return 64;
   }
   return (await sub.load())(sub.passName ? argv : rest);

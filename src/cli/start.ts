@@ -4,29 +4,32 @@
  * (else embeds one), starts the simulated actuator for every TCP bus on this machine, and
  * runs the daemon until Ctrl-C.
  */
-import { mkdirSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
+import { homedir } from "node:os";
+import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
-import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { localOrEmbeddedBroker } from "../dev/broker.ts";
 import { PACKAGE_ROOT } from "../package-root.ts";
-import { EXIT, serve } from "./daemon.ts";
+import { EXIT, loadConfigOrSay, portInUse, serve } from "./daemon.ts";
 
 export const EMBEDDED_CONFIG = join(PACKAGE_ROOT, "config/embedded.yaml");
 
 const HELP = `usage: fencegate start [--config FILE]
 
 Runs the gateway on its embedded defaults (config/embedded.yaml): the local MQTT broker if
-one answers at the configured address, otherwise an embedded one (MQTT 3.1.1: use --mqtt3
-with the CLI), and the simulated actuator for each bus on 127.0.0.1.
+one answers at the configured address, otherwise an embedded one (MQTT 3.1.1; the CLI
+falls back to it by itself), and the simulated actuator for each bus on 127.0.0.1.
 
 Then, from another terminal:
-  fencegate status
-  fencegate lease acquire valve-1 --ttl-ms 60000 --holder me
-  fencegate send valve-1 position=42.5 --token <token> --holder me
-  fencegate watch valve-1`;
+  npx fencegate status
+  npx fencegate lease acquire valve-1 --ttl-ms 60000 --holder me
+  npx fencegate send valve-1 position=42.5 --token <token> --holder me
+  npx fencegate watch valve-1
+
+exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable or failing,
+            78 configuration invalid or a port it names in use`;
 
 /** Starts one simulator per TCP bus on loopback, answering the units of its actuators. */
 export async function startLocalSimulators(config: GatewayConfig, stateDir: string): Promise<SimulatorHandle[]> {
@@ -43,28 +46,77 @@ export async function startLocalSimulators(config: GatewayConfig, stateDir: stri
         profile: actuators[0]!.profile,
         stateFile: join(stateDir, `sim-${name}.json`),
         rate: 20,
+      }).catch((err: unknown) => {
+        throw portInUse(err, bus.port) ? new PortInUseError(`buses.${name}.port`, bus.host, bus.port, "the simulated actuator") : err;
       }),
     );
   }
   return sims;
 }
 
+/**
+ * The embedded defaults keep their state in the package's var/ (a checkout's). Installed
+ * with npm install -g the package may not be writable by the user: then the user's state
+ * directory ($XDG_STATE_HOME/fencegate, else ~/.local/state/fencegate), said in a line.
+ */
+function withWritableState(config: GatewayConfig): GatewayConfig {
+  const dir = dirname(config.journal.path);
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+    return config;
+  } catch {
+    const state = join(process.env["XDG_STATE_HOME"] || join(homedir(), ".local/state"), "fencegate");
+    mkdirSync(state, { recursive: true });
+    console.error(`fencegate: ${dir} is not writable; keeping the journal and the simulator's state in ${state}`);
+    return { ...config, journal: { ...config.journal, path: join(state, basename(config.journal.path)) } };
+  }
+}
+
+/** A port the configuration names is taken by another process. */
+export class PortInUseError extends Error {
+  constructor(setting: string, host: string, port: number, what: string) {
+    super(`fencegate: port ${port} on ${host} (${setting}, for ${what}) is in use by another process: stop that process (another \`fencegate start\`?) or choose another ${setting}.`);
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } } });
+  let values;
+  try {
+    ({ values } = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } }, strict: true }));
+  } catch (err) {
+    console.error(`fencegate start: ${(err as Error).message}\nusage: fencegate start [--config FILE]`);
+    return EXIT.USAGE;
+  }
   if (values.help) {
     console.log(HELP);
     return EXIT.OK;
   }
-  const config = loadConfigFile(values.config ?? EMBEDDED_CONFIG);
+  const loaded = loadConfigOrSay(values.config ?? EMBEDDED_CONFIG);
+  if (loaded === null) return EXIT.CONFIG;
+  const config = values.config === undefined ? withWritableState(loaded) : loaded;
   const url = new URL(config.mqtt.url);
-  const broker = await localOrEmbeddedBroker(url.hostname, Number(url.port || 1883));
-  const sims = await startLocalSimulators(config, dirname(config.journal.path));
+  const brokerPort = Number(url.port || 1883);
+  let broker;
+  let sims: SimulatorHandle[] = [];
+  try {
+    broker = await localOrEmbeddedBroker(url.hostname, brokerPort).catch((err: unknown) => {
+      throw portInUse(err, brokerPort) ? new PortInUseError("mqtt.url", url.hostname, brokerPort, "the embedded MQTT broker") : err;
+    });
+    sims = await startLocalSimulators(config, dirname(config.journal.path));
+  } catch (err) {
+    await broker?.close();
+    if (!(err instanceof PortInUseError)) throw err;
+    console.error(err.message);
+    return EXIT.CONFIG;
+  }
   console.error(
     broker.embedded
-      ? `fencegate: no broker answered at ${config.mqtt.url}; embedded one at ${broker.url} (MQTT 3.1.1: add --mqtt3 -b ${broker.url} to CLI commands)`
+      ? `fencegate: no broker answered at ${config.mqtt.url}; embedded one at ${broker.url} (MQTT 3.1.1; the CLI falls back to it by itself)`
       : `fencegate: using the broker at ${broker.url}`,
   );
-  console.error(`fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`fencegate status\` in another terminal.`);
+  const cli = existsSync(join(PACKAGE_ROOT, "src")) ? "npx fencegate" : "fencegate"; // a checkout, or the installed package
+  console.error(`fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`${cli} status\` in another terminal.`);
   try {
     return await serve({ ...config, mqtt: { ...config.mqtt, url: broker.url, protocolVersion: broker.protocolVersion } });
   } finally {

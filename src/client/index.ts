@@ -1,5 +1,5 @@
 /**
- * fencegate/client: the controller library.
+ * fencegate-client: the controller library (packages/client builds it from these sources).
  *
  *   const client = await FencegateClient.connect({ url: "mqtt://gateway.local", holder: "line-2-primary" });
  *   const lease = await client.acquire("valve-1", { ttlMs: 5000 });

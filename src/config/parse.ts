@@ -4,7 +4,7 @@
  * No I/O here: files named in the configuration are checked by `loadConfigFile`.
  */
 import { isAbsolute, resolve } from "node:path";
-import type { z } from "zod";
+import type * as z from "zod";
 import { ConfigError, closest, formatPath, type ConfigProblem, type PathSegment } from "./problems.ts";
 import { gatewayConfigSchema, type GatewayConfig } from "./schema.ts";
 

@@ -6,7 +6,7 @@
  * Units are in the names: `...Ms` milliseconds, `...S` seconds, `...Bytes` bytes. Objects
  * are strict: an unknown key is an error (parse.ts suggests the closest known key).
  */
-import { z } from "zod";
+import * as z from "zod";
 import { closest } from "./problems.ts";
 
 // ---------------------------------------------------------------------------------------

@@ -497,7 +497,7 @@ function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): vo
   const reply = outcomeReply({ ...cmd, outcome });
   if (reply.ok) {
     s.reply(cmd.ref, reply);
-    s.emit({ kind: "event", event: { type: "applied", holder: cmd.holder, token, seq } });
+    s.emit({ kind: "event", event: { type: "applied", holder: cmd.holder, token, seq, ...(outcome.kind === "applied" ? { applied: outcome.applied } : {}) } });
   } else {
     s.reply(cmd.ref, { ok: false, error: { ...leaseError(s, reply.error.code, reply.error.message), ...reply.error } });
     const type = reply.error.code === "OUTCOME_UNKNOWN" ? "outcome-unknown" : "rejected";

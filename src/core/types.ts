@@ -182,6 +182,8 @@ export interface CoreEvent {
   readonly code?: ErrorCode;
   /** On `expired`: the lease ended because the gateway restarted or stopped, not by its TTL. */
   readonly reason?: "restart" | "shutdown";
+  /** `applied` events: the values the device confirmed (what `watch` shows). */
+  readonly applied?: PointValues;
 }
 
 /**

@@ -81,28 +81,41 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
 
 const PACKAGE_JSON = path.join(PACKAGE_ROOT, "package.json");
 
+/** Node majors whose support has ended but that still work: a warning, not a failure. */
+const END_OF_LIFE_NODE: Readonly<Record<number, string>> = { 20: "2026-04-30" };
+const INSTALL_NODE = "Install Node 24 LTS (64-bit Raspberry Pi OS) or Node 22 LTS (32-bit): docs/deploy.md, section 1.";
+
 export function checkNode(version = process.versions.node): Finding {
   const range = (JSON.parse(fs.readFileSync(PACKAGE_JSON, "utf8")) as { engines?: { node?: string } }).engines?.node ?? "";
-  const ok = satisfies(version, range);
-  return ok
-    ? { check: "node", status: "ok", message: `Node ${version} satisfies engines "${range}".` }
-    : { check: "node", status: "fail", message: `Node ${version} is outside engines "${range}".`, fix: "Install Node 20 (docs/deploy.md: NodeSource or the official arm64/armv7l tarball)." };
+  if (!satisfies(version, range)) return { check: "node", status: "fail", message: `Node ${version} is outside the supported set "${range}".`, fix: INSTALL_NODE };
+  const endedOn = END_OF_LIFE_NODE[parts(version)[0]!];
+  return endedOn
+    ? { check: "node", status: "warn", message: `Node ${version} works, but its line reached end of life on ${endedOn}: no more security fixes.`, fix: INSTALL_NODE }
+    : { check: "node", status: "ok", message: `Node ${version} is supported ("${range}").` };
 }
 
-/** `range`: space-separated comparators `>=a.b.c`, `>a`, `<=a.b`, `<a` (what package.json uses here). */
+/**
+ * `range`: alternatives separated by `||`, each space-separated comparators `>=a.b.c`, `>a`,
+ * `<=a.b`, `<a`, `=a` or caret ranges `^a.b.c` (what package.json's engines uses here).
+ */
 export function satisfies(version: string, range: string): boolean {
   const v = parts(version);
-  return range.split(/\s+/).filter(Boolean).every((comparator) => {
-    const m = /^(>=|<=|>|<|=)?v?(\d+(?:\.\d+){0,2})$/.exec(comparator);
-    if (!m) return false;
-    const c = compare(v, parts(m[2]!));
-    switch (m[1]) {
-      case ">=": return c >= 0;
-      case "<=": return c <= 0;
-      case ">": return c > 0;
-      case "<": return c < 0;
-      default: return c === 0;
-    }
+  return range.split("||").some((alternative) => {
+    const comparators = alternative.split(/\s+/).filter(Boolean);
+    return comparators.length > 0 && comparators.every((comparator) => {
+      const m = /^(>=|<=|>|<|=|\^)?v?(\d+(?:\.\d+){0,2})$/.exec(comparator);
+      if (!m) return false;
+      const bound = parts(m[2]!);
+      const c = compare(v, bound);
+      switch (m[1]) {
+        case ">=": return c >= 0;
+        case "<=": return c <= 0;
+        case ">": return c > 0;
+        case "<": return c < 0;
+        case "^": return c >= 0 && v[0] === bound[0];
+        default: return c === 0;
+      }
+    });
   });
 }
 
@@ -141,7 +154,7 @@ async function checkClock(): Promise<Finding[]> {
   findings.push(
     monotonic
       ? { check: "clock", status: "ok", message: `The monotonic clock (performance.now, process.hrtime) works; leases and deadlines use only it. Wall clock ${new Date().toISOString()}, ${Math.round(wallStepMs)} ms off the monotonic clock since start.` }
-      : { check: "clock", status: "fail", message: "performance.now() went backwards: this Node cannot time leases.", fix: "Use an official Node 20 build." },
+      : { check: "clock", status: "fail", message: "performance.now() went backwards: this Node cannot time leases.", fix: "Use an official Node build (docs/deploy.md, section 1)." },
   );
   const ntp = await run("timedatectl", ["show", "--property=NTP", "--property=NTPSynchronized", "--property=Timezone"]);
   if (ntp.ok) {

@@ -12,6 +12,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
+import { brokerAddress } from "../../src/client/client.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { FencegateClient } from "../../src/client/index.ts";
@@ -44,7 +45,8 @@ async function rawClient(user: string, extra: IClientOptions = {}): Promise<Mqtt
   const { caFile, certFile, keyFile } = tlsOf(user);
   const { readFileSync } = await import("node:fs");
   return teardown.add(
-    await mqtt.connectAsync(tlsUrl, {
+    await mqtt.connectAsync({
+      ...brokerAddress(tlsUrl),
       protocolVersion: 5,
       clientId: `${user}-raw-${Math.random().toString(36).slice(2, 8)}`,
       username: user,
@@ -152,7 +154,8 @@ describe("over mqtts with a CA and client certificates", () => {
 
   it("a client certificate from another CA is refused at the TLS handshake", async () => {
     const { readFileSync } = await import("node:fs");
-    const attempt = mqtt.connectAsync(tlsUrl, {
+    const attempt = mqtt.connectAsync({
+      ...brokerAddress(tlsUrl),
       protocolVersion: 5,
       username: "plc-a",
       password: PASSWORDS["plc-a"],

@@ -2,13 +2,14 @@
  * The `fencegate` operator commands run as subprocesses against the real daemon, a real
  * Mosquitto and the simulated valves: human output, --json, and the exit code classes.
  */
-import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
+import { embeddedBroker } from "../../src/dev/broker.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 
@@ -24,9 +25,13 @@ interface Run {
 }
 
 async function cli(...args: string[]): Promise<Run> {
+  return cliWith({ FENCEGATE_BROKER: broker.url }, ...args);
+}
+
+async function cliWith(env: Record<string, string>, ...args: string[]): Promise<Run> {
   try {
     const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, ...args], {
-      env: { ...process.env, FENCEGATE_BROKER: broker.url },
+      env: { ...process.env, ...env },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -77,15 +82,15 @@ describe("fencegate CLI", () => {
     const acquired = await cli("lease", "acquire", "valve-2", "--ttl-ms", "30000", "--holder", "ops-2", "--json");
     expect(acquired.code).toBe(0);
     const { token } = json(acquired);
-    expect(json(acquired)).toEqual({ actuator: "valve-2", holder: "ops-2", token, ttlMs: 30000 });
+    expect(json(acquired)).toEqual({ ok: true, actuator: "valve-2", holder: "ops-2", token, ttlMs: 30000 });
     const sent = await cli("send", "valve-2", "position=10", "speed=1", "--token", String(token), "--seq", "1", "--holder", "ops-2", "--json");
     expect(sent.code).toBe(5);
     expect(json(sent)).toMatchObject({ ok: false, error: { code: "UNKNOWN_POINT" } });
     const ok = await cli("send", "valve-2", "position=10", "--token", String(token), "--holder", "ops-2", "--json");
-    expect(json(ok)).toMatchObject({ actuator: "valve-2", token, applied: { position: 10 } });
+    expect(json(ok)).toMatchObject({ ok: true, actuator: "valve-2", token, applied: { position: 10 } });
     expect(json(ok).seq).toBeGreaterThan(1_600_000_000_000); // default seq: milliseconds since the epoch
     const read = await cli("read", "valve-2", "--json");
-    expect(json(read)).toMatchObject({ actuator: "valve-2", online: true, lease: { holder: "ops-2", token }, points: { position: 10 } });
+    expect(json(read)).toMatchObject({ ok: true, actuator: "valve-2", online: true, lease: { holder: "ops-2", token }, points: { position: 10 } });
   });
 
   it("reads state for people", async () => {
@@ -100,7 +105,9 @@ describe("fencegate CLI", () => {
     const lines = table.stdout.trim().split("\n");
     expect(lines[0]).toMatch(/^ACTUATOR\s+ONLINE\s+HOLDER\s+TOKEN\s+FENCE\s+POINTS$/);
     expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual(["valve-1", "valve-2", "valve-3"]);
-    const rows = json(await cli("status", "--json"));
+    const status = json(await cli("status", "--json"));
+    expect(status.ok).toBe(true);
+    const rows = status.actuators;
     expect(rows.map((r: { actuator: string }) => r.actuator)).toEqual(["valve-1", "valve-2", "valve-3"]);
   });
 
@@ -158,5 +165,104 @@ describe("fencegate CLI", () => {
     for (const run of runs.slice(0, 8)) expect(run.stdout).toMatch(/example/);
     const top = await cli("--help");
     expect(top.stdout).toMatch(/commands:/);
+  });
+
+  it("prints its version with --version", async () => {
+    const { version } = JSON.parse(readFileSync(join(import.meta.dirname, "../../package.json"), "utf8"));
+    const run = await cli("--version");
+    expect(run).toMatchObject({ code: 0, stdout: `fencegate ${version} (Node ${process.versions.node})\n` });
+  });
+
+  it("lists the lease commands with lease --help; lease alone is a usage error", async () => {
+    const help = await cli("lease", "--help");
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/lease acquire .*\n.*lease renew .*\n.*lease release /);
+    const bare = await cli("lease");
+    expect(bare.code).toBe(64);
+    expect(bare.stderr).toContain("usage: fencegate lease <acquire|renew|release>");
+  });
+
+  it.each([
+    ["an empty value", "speed= "],
+    ["nothing after =", "speed="],
+    ["hexadecimal", "speed=0x1F"],
+    ["binary", "speed=0b11"],
+    ["an exponent", "speed=1e3"],
+    ["infinity", "speed=Infinity"],
+  ])("refuses %s as a value: usage error 64, in three lines", async (_name, pair) => {
+    const run = await cli("send", "valve-1", pair, "--token", "1", "--holder", "ops-1");
+    expect(run.code).toBe(64);
+    expect(run.stderr).toBe(`fencegate send: "${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)\nusage: fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]\nRun \`fencegate send --help\` for the options and examples.\n`);
+  });
+
+  it("refuses a holder with a space: usage error 64 naming the allowed characters", async () => {
+    const run = await cli("lease", "acquire", "valve-1", "--ttl-ms", "1000", "--holder", "op 1");
+    expect(run.code).toBe(64);
+    expect(run.stderr.split("\n")[0]).toBe('fencegate lease acquire: holder "op 1" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)');
+  });
+
+  it("keeps usage errors short: an unknown option, an unknown command", async () => {
+    const option = await cli("read", "valve-1", "--colour", "red");
+    expect(option.code).toBe(64);
+    expect(option.stderr.trim().split("\n")).toHaveLength(3);
+    const command = await cli("lease", "take", "valve-1");
+    expect(command.code).toBe(64);
+    expect(command.stderr).toMatch(/^fencegate lease: unknown command "take"\n/);
+    const top = await cli("frobnicate");
+    expect(top).toMatchObject({ code: 64, stderr: 'fencegate: unknown command "frobnicate". Run `fencegate --help` for the commands.\n' });
+  });
+
+  it("says at once that watch names an unknown actuator", async () => {
+    const started = performance.now();
+    const run = await cli("watch", "valve-9");
+    expect(run.code).toBe(5);
+    expect(run.stderr).toContain("UNKNOWN_ACTUATOR");
+    expect(performance.now() - started).toBeLessThan(3000);
+  });
+
+  it("shows the applied values in watch", async () => {
+    const { token } = json(await cli("lease", "acquire", "valve-3", "--ttl-ms", "30000", "--holder", "ops-9", "--json"));
+    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3"], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
+    let output = "";
+    const seen = (pattern: RegExp) =>
+      new Promise<void>((resolve, reject) => {
+        const check = () => pattern.test(output) && resolve();
+        watch.stdout.setEncoding("utf8").on("data", (chunk: string) => ((output += chunk), check()));
+        watch.once("exit", (code) => reject(new Error(`watch exited ${code}: ${output}`)));
+        check();
+      });
+    try {
+      await seen(/^\[state\] valve-3: online/m); // subscribed: the retained state came first
+      expect((await cli("send", "valve-3", "position=12.5", "--token", String(token), "--seq", "1", "--holder", "ops-9")).code).toBe(0);
+      await seen(/ applied +position=12.5 holder=ops-9 token=\d+ seq=1$/m);
+    } finally {
+      watch.kill("SIGINT");
+      await cli("lease", "release", "valve-3", "--token", String(token), "--holder", "ops-9");
+    }
+  });
+});
+
+describe("fencegate CLI without a gateway", () => {
+  it("says within two seconds that no gateway is online (exit 4)", async () => {
+    const lonely = await startMosquitto();
+    try {
+      const started = performance.now();
+      const run = await cliWith({ FENCEGATE_BROKER: lonely.url }, "read", "valve-1");
+      expect(performance.now() - started).toBeLessThan(2500);
+      expect(run.code).toBe(4);
+      expect(run.stderr).toBe(`no answer: no fencegate gateway is online on ${lonely.url} (nothing says online on fencegate/gateway/+/status): start the daemon, or check --broker and --base\n`);
+    } finally {
+      await lonely.stop();
+    }
+  });
+
+  it("falls back to MQTT 3.1.1 by itself on a broker that refuses MQTT 5 (the embedded one)", async () => {
+    const aedes = await embeddedBroker();
+    try {
+      const run = await cliWith({ FENCEGATE_BROKER: aedes.url }, "status", "--json");
+      expect(run).toMatchObject({ code: 0, stdout: '{"ok":true,"actuators":[]}\n' });
+    } finally {
+      await aedes.close();
+    }
   });
 });

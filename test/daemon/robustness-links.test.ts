@@ -133,6 +133,11 @@ describe("the serial adapter unplugged and plugged back in", () => {
     const delays = daemon!.logs.filter((l) => l.msg === "cannot open the bus; retrying").map((l) => l.retryInMs as number);
     expect(delays.slice(0, 3)).toEqual([...delays.slice(0, 3)].sort((x, y) => x - y));
     expect(Math.max(...delays)).toBeLessThanOrEqual(400);
+    // Said once, with what to check: not serialport's "Error: Error: ...".
+    expect(daemon!.logs.find((l) => l.msg === "cannot open the bus; retrying")).toMatchObject({
+      err: expect.stringMatching(/^No such file or directory, cannot open /),
+      hint: expect.stringContaining("No such device: check buses."),
+    });
     expect(daemon!.child.exitCode).toBe(null);
 
     // Plugged back in: the same link paths, the same device.

@@ -14,7 +14,8 @@ const read = (file: string) => readFileSync(resolve(ROOT, file), "utf8");
 
 /** The options between `node` and the script in a command line that runs bin/fencegate.mjs. */
 function nodeFlags(command: string): string[] {
-  const words = command.trim().split(/\s+/);
+  // `npm start` first runs bin/ensure-installed.mjs: the daemon's command follows its `&&`.
+  const words = command.split("&&").at(-1)!.trim().split(/\s+/);
   const script = words.findIndex((w) => w.endsWith("bin/fencegate.mjs"));
   expect(script, command).toBeGreaterThan(0);
   expect(words[0], command).toMatch(/(^|\/)node$/);

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { runDoctor, satisfies, type Finding } from "../../src/doctor/checks.ts";
+import { checkNode, runDoctor, satisfies, type Finding } from "../../src/doctor/checks.ts";
 import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
 import { MisbehavingSlave, fencedIdentity } from "../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
@@ -79,7 +79,8 @@ describe("a good setup", () => {
     expect(failures(report.findings)).toEqual([]);
     expect({ code: run.code, ok: report.ok }).toEqual({ code: 0, ok: true });
     const statuses = Object.fromEntries(report.findings.map((f) => [f.check, f.status]));
-    expect(statuses).toMatchObject({ node: "ok", config: "ok", "serial rs485": "ok", broker: "ok", "broker acl": "ok", clock: "ok" });
+    // Node 20 passes with a warning (end of life); 22 and 24 pass.
+    expect(statuses).toMatchObject({ node: process.versions.node.startsWith("20.") ? "warn" : "ok", config: "ok", "serial rs485": "ok", broker: "ok", "broker acl": "ok", clock: "ok" });
     expect(["ok", "warn"]).toContain(statuses["journal dir"]); // warn: a slow disk on this machine
     const dirFinding = only(report.findings, "journal dir")[0]!;
     expect(dirFinding.details).toMatchObject({ fsyncMedianMs: expect.any(Number), fsyncMaxMs: expect.any(Number) });
@@ -321,5 +322,19 @@ describe("the Node version check", () => {
     expect(satisfies("20.10.9", ">=20.11 <23")).toBe(false);
     expect(satisfies("23.0.0", ">=20.11 <23")).toBe(false);
     expect(satisfies("18.19.0", ">=20.11 <23")).toBe(false);
+  });
+
+  it("reads alternatives and caret ranges", () => {
+    const supported = "^20.19.0 || ^22.12.0 || ^24.0.0";
+    expect(["20.19.0", "20.20.2", "22.12.0", "22.23.5", "24.0.0", "24.22.3"].filter((v) => satisfies(v, supported))).toHaveLength(6);
+    expect(["20.11.0", "21.7.3", "22.11.0", "23.11.1", "25.0.0", "26.1.0", "18.20.4"].filter((v) => satisfies(v, supported))).toEqual([]);
+  });
+
+  it("passes Node 22 and 24, warns on Node 20 (end of life), fails outside the supported set", () => {
+    expect(checkNode("24.22.3")).toMatchObject({ status: "ok" });
+    expect(checkNode("22.23.5")).toMatchObject({ status: "ok" });
+    expect(checkNode("20.20.2")).toMatchObject({ status: "warn", message: expect.stringContaining("end of life") });
+    expect(checkNode("23.11.1")).toMatchObject({ status: "fail", fix: expect.stringContaining("Node 24") });
+    expect(checkNode("18.20.4")).toMatchObject({ status: "fail" });
   });
 });

@@ -5,6 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import mqtt, { type MqttClient } from "mqtt";
+import { brokerAddress } from "../../src/client/client.ts";
 import { tcpNoDelay } from "./watch.ts";
 
 export type Json = Record<string, any>;
@@ -26,7 +27,7 @@ export class TestController {
   static async connect(url: string, holder: string, options: { base?: string; v5?: boolean } = {}): Promise<TestController> {
     const v5 = options.v5 ?? true;
     // Nagle off, as a real controller should: otherwise each request waits ~40-88 ms.
-    const client = tcpNoDelay(await mqtt.connectAsync(url, { protocolVersion: v5 ? 5 : 4, clientId: `test-${holder}-${randomUUID().slice(0, 8)}`, reconnectPeriod: 200 }));
+    const client = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(url), protocolVersion: v5 ? 5 : 4, clientId: `test-${holder}-${randomUUID().slice(0, 8)}`, reconnectPeriod: 200 }));
     const c = new TestController(client, options.base ?? "fencegate", holder, v5);
     client.on("message", (topic, payload, packet) => c.onMessage(topic, payload, packet.properties?.correlationData));
     await client.subscribeAsync(v5 ? c.replyTopic : `${c.base}/+/reply/${holder}`, { qos: 1 });

@@ -5,6 +5,7 @@
  */
 import { randomUUID } from "node:crypto";
 import mqtt, { type MqttClient } from "mqtt";
+import { brokerAddress } from "../../src/client/client.ts";
 
 export interface Seen {
   readonly topic: string;
@@ -39,7 +40,7 @@ export class TopicWatcher {
    */
   static async connect(url: string, topics: readonly string[], options: { v5?: boolean } = {}): Promise<TopicWatcher> {
     const protocolVersion = options.v5 === false ? 4 : 5;
-    const client = await mqtt.connectAsync(url, { protocolVersion, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
+    const client = await mqtt.connectAsync({ ...brokerAddress(url), protocolVersion, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
     const w = new TopicWatcher(client);
     if (topics.length > 0) await client.subscribeAsync([...topics], { qos: 1 });
     return w;

@@ -13,6 +13,7 @@ import type { Logger } from "pino";
 import ModbusSerial from "modbus-serial";
 import type { BusConfig } from "../../config/schema.ts";
 import { DeviceAnswerError } from "../../shell/ports.ts";
+import { openFailure } from "./open-failure.ts";
 import { RtuPort, type RtuLineOptions } from "./rtu-port.ts";
 import { TcpPort } from "./tcp-port.ts";
 
@@ -266,7 +267,8 @@ export class ModbusBus extends EventEmitter {
       this.opening = null;
       settled();
       if (err) {
-        this.log.warn({ err: String(err), retryInMs: this.reopenDelayMs }, "cannot open the bus; retrying");
+        const { reason, hint } = openFailure(err, this.options.name, this.options.link);
+        this.log.warn({ err: reason, hint, retryInMs: this.reopenDelayMs }, "cannot open the bus; retrying");
         this.scheduleReopen();
         return;
       }

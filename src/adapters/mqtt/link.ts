@@ -144,6 +144,10 @@ export class MqttLink implements Outbox {
       reconnectOnConnackError: true,
       connectTimeout: 10_000,
       resubscribe: false, // we subscribe on every connect ourselves
+      // mqtt-packet otherwise builds, on the first packet written, a cache of all 65,536
+      // two-byte numbers as Buffers: 6.5 MB of heap that an idle daemon keeps for good.
+      // Without it, each number written allocates its two bytes.
+      writeCache: false,
       queueQoSZero: false,
       // mqtt.js traces every packet through `debug`, whose calls allocate their arguments
       // even when disabled (10 % of the daemon's allocations at 16 busy actuators): none

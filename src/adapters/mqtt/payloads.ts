@@ -77,6 +77,7 @@ export function eventPayload(event: CoreEvent, at: Date): string {
   if (event.seq !== undefined) out.seq = event.seq;
   if (event.code !== undefined) out.code = event.code;
   if (event.reason !== undefined) out.reason = event.reason;
+  if (event.applied !== undefined) out.applied = event.applied;
   return JSON.stringify(out);
 }
 

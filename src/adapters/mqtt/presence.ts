@@ -60,6 +60,9 @@ export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions): Pr
     clean: true,
     reconnectPeriod: 0,
     connectTimeout: options.connectTimeoutMs ?? 5000,
+    // mqtt-packet's cache of 65,536 number Buffers is per process and built by the first
+    // client that writes with it: this probe writes before the link does (see link.ts).
+    writeCache: false,
     ...(process.env["DEBUG"] ? {} : { log: () => {} }),
     ...(mqtt.username !== undefined ? { username: mqtt.username } : {}),
     ...(mqtt.password !== undefined ? { password: mqtt.password } : {}),

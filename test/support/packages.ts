@@ -1,0 +1,63 @@
+/**
+ * The npm packages as a user gets them: `npm pack`, then installed from the tarball with
+ * npm, and commands run from the installed tree.
+ */
+import { execFile } from "node:child_process";
+import { cpSync, mkdirSync, readdirSync, statSync, symlinkSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { promisify } from "node:util";
+
+export const ROOT = resolve(import.meta.dirname, "../..");
+
+export interface Run {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+  readonly ms: number;
+}
+
+export async function run(command: string, args: readonly string[], options: { cwd?: string; env?: Record<string, string>; timeoutMs?: number } = {}): Promise<Run> {
+  const started = performance.now();
+  try {
+    const { stdout, stderr } = await promisify(execFile)(command, [...args], {
+      cwd: options.cwd ?? ROOT,
+      env: { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false", ...options.env },
+      encoding: "utf8",
+      timeout: options.timeoutMs ?? 240_000,
+      maxBuffer: 16 * 1024 * 1024,
+    });
+    return { code: 0, stdout, stderr, ms: performance.now() - started };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "", ms: performance.now() - started };
+  }
+}
+
+/** `npm pack` in `cwd` (extra args: `-w NAME`); returns the tarball's path in `dest`. */
+export async function npmPack(cwd: string, dest: string, args: readonly string[] = []): Promise<string> {
+  const packed = await run("npm", ["pack", "--json", "--pack-destination", dest, ...args], { cwd });
+  if (packed.code !== 0) throw new Error(`npm pack failed: ${packed.stderr}`);
+  const [tarball] = JSON.parse(packed.stdout.slice(packed.stdout.indexOf("["))) as { filename: string }[];
+  return join(dest, tarball!.filename);
+}
+
+/**
+ * What the gateway's package is built from, copied into `dir` with this checkout's
+ * node_modules linked: its prepack build then writes dist/ there, never under the
+ * checkout, where other tests run bin/fencegate.mjs meanwhile.
+ */
+export function gatewaySourceCopy(dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  for (const entry of ["package.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/client/package.json"]) {
+    cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
+  }
+  symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
+  return dir;
+}
+
+/** Every file under `dir` (relative paths), symbolic links not followed. */
+export function filesUnder(dir: string): string[] {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => e.isFile() || (e.isSymbolicLink() && statSync(join(e.parentPath, e.name), { throwIfNoEntry: false })?.isFile()))
+    .map((e) => join(e.parentPath, e.name).slice(dir.length + 1));
+}
