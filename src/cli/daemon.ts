@@ -5,6 +5,7 @@ import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { SystemdNotifier } from "../adapters/systemd/notify.ts";
+import { HttpListenError } from "../adapters/http/metrics.ts";
 import { startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
 import { DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
@@ -108,9 +109,9 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
       log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);
       return flushed(EXIT.JOURNAL);
     }
-    const { host, port } = config.metrics;
-    if (config.metrics.enabled && portInUse(err, port)) {
-      log.fatal({ setting: "metrics.port", host, port }, `port ${port} on ${host} (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false)`);
+    if (err instanceof HttpListenError) {
+      const { host, port } = config.metrics;
+      log.fatal({ setting: err.setting, host, port }, err.message);
       return flushed(EXIT.CONFIG);
     }
     log.fatal({ err: String(err) }, `the daemon could not start: ${err instanceof Error ? err.message : String(err)}`);

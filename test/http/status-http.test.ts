@@ -272,7 +272,7 @@ describe("status page event streams and credentials, in process", () => {
 
   it("says what to change when the port is taken", async () => {
     const s = await serve(board());
-    await expect(serveHttp("127.0.0.1", s.port, new GatewayMetrics(health), health)).rejects.toThrow(`Port ${s.port} on 127.0.0.1 is in use by another program (metrics.port): stop it, or choose another port.`);
+    await expect(serveHttp("127.0.0.1", s.port, new GatewayMetrics(health), health)).rejects.toThrow(`port ${s.port} on 127.0.0.1 (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`);
     await s.close();
   });
 });

@@ -149,15 +149,26 @@ export async function serveHttp(host: string, port: number, metrics: GatewayMetr
   return server;
 }
 
+/** The HTTP listener could not open: `setting` names the configuration key to change. */
+export class HttpListenError extends Error {
+  override readonly name = "HttpListenError";
+  constructor(
+    readonly setting: "metrics.port" | "metrics.host",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 function listenError(host: string, port: number, err: NodeJS.ErrnoException): Error {
   switch (err.code) {
     case "EADDRINUSE":
-      return new Error(`Port ${port} on ${host} is in use by another program (metrics.port): stop it, or choose another port.`);
+      return new HttpListenError("metrics.port", `port ${port} on ${host} (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`);
     case "EADDRNOTAVAIL":
     case "ENOTFOUND":
-      return new Error(`${host} is not an address of this machine (metrics.host): use 127.0.0.1, or one of this machine's addresses.`);
+      return new HttpListenError("metrics.host", `${host} is not an address of this machine (metrics.host): use 127.0.0.1, or one of this machine's addresses.`);
     case "EACCES":
-      return new Error(`Port ${port} needs privileges this user lacks (metrics.port): use a port above 1023.`);
+      return new HttpListenError("metrics.port", `port ${port} needs privileges this user lacks (metrics.port): use a port above 1023.`);
     default:
       return new Error(`The HTTP port ${host}:${port} could not be opened: ${err.message}.`);
   }
