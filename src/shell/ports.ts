@@ -88,6 +88,24 @@ export interface DevicePort {
   readFence(): Promise<Fence | null>;
 }
 
+/** Whether a granted token is durable in the gateway group (etcd), checked against leadership. */
+export type GrantCommit = { readonly ok: true } | { readonly ok: false; readonly stale: boolean; readonly message: string };
+
+/**
+ * The gateway group as the shell sees it (a gateway on its own has none). `stale` in a
+ * failed commit means another gateway leads: this one must step down.
+ */
+export interface GroupPort {
+  /** Commits `token` as the group's highest for `actuator`, only while this gateway leads. */
+  commitGrant(actuator: string, token: number): Promise<GrantCommit>;
+  /** The group's highest granted token for `actuator` (0: none yet). */
+  readToken(actuator: string): Promise<number>;
+  /** Whether a frame may be sent to a device now: checked before every one. */
+  mayDriveDevices(): boolean;
+  /** A device or etcd showed that another gateway leads. */
+  stale(reason: string): void;
+}
+
 /** Time as the shell sees it. Decisions use only the monotonic clock. */
 export interface Clock {
   monotonicMs(): number;
