@@ -39,6 +39,11 @@ export interface BusOptions {
   readonly offlineAfterFailures: number;
   /** Bound on transactions waiting per unit. */
   readonly queueLimitPerUnit: number;
+  /**
+   * Gateway group: whether a frame may go out now, asked right before each transaction. A
+   * gateway whose self-fencing deadline has passed sends nothing, even before its timer fires.
+   */
+  readonly permit?: () => boolean;
 }
 
 /** The link is down: the request was never sent. */
@@ -131,7 +136,9 @@ export class ModbusBus extends EventEmitter {
     return this.sessions.get(unit) ?? 0;
   }
 
+  /** Opens the link; after {@link close}, opens it again (a gateway group's standby becoming active). */
   start(): void {
+    this.closed = false;
     this.open();
   }
 
@@ -170,7 +177,11 @@ export class ModbusBus extends EventEmitter {
       }, Math.ceil(wait));
       return;
     }
-    const job = this.nextJob() as (Job & { unit: number }) | undefined;
+    let job = this.nextJob() as (Job & { unit: number }) | undefined;
+    while (job && this.options.permit && !this.options.permit()) {
+      job.reject(new LinkDownError(`this gateway may not drive bus ${this.options.name} now (it is not the group's active gateway)`));
+      job = this.nextJob() as (Job & { unit: number }) | undefined;
+    }
     if (!job || !this.client) return;
     this.busy = true;
     const startedMs = performance.now();
@@ -273,8 +284,9 @@ export class ModbusBus extends EventEmitter {
         return;
       }
       client.setTimeout(this.options.timeoutMs);
-      client.on("close", () => this.lost("closed"));
-      client.on("error", (e: unknown) => this.lost(String(e)));
+      // Only about the current connection: a closed one's late events must not take down its successor.
+      client.on("close", () => this.client === client && this.lost("closed"));
+      client.on("error", (e: unknown) => this.client === client && this.lost(String(e)));
       this.client = client;
       this.up = true;
       this.reopenDelayMs = this.options.reopenMinMs;
@@ -318,6 +330,13 @@ export class ModbusBus extends EventEmitter {
     this.up = false;
     this.client = null;
     for (const queue of this.queues.values()) for (const job of queue.splice(0)) job.reject(new LinkDownError("bus closed"));
+    // Unknown until the bus is open again: the first answer then reports each unit online,
+    // and what was learnt about each device (its identity) is learnt again.
+    for (const unit of this.units) {
+      this.online.set(unit, false);
+      this.failures.set(unit, 0);
+      this.sessions.set(unit, this.session(unit) + 1);
+    }
     if (client) await new Promise<void>((resolve) => client.close(() => resolve()));
     await this.opening;
   }
