@@ -65,6 +65,8 @@ function tokenValue(kv: KeyValue | null): number {
 
 export class EtcdGroupMember implements GroupPort {
   private state: LeadershipState = INITIAL_LEADERSHIP;
+  /** Who held the leader key at the last look, to log changes only. */
+  private lastLeader: string | null = null;
   private cancelWake: (() => void) | null = null;
   private readonly prefix: string;
   /** What this process writes into the leader key: the gateway id and a per-process nonce. */
@@ -101,6 +103,11 @@ export class EtcdGroupMember implements GroupPort {
     this.dispatch({ type: "stop" });
     this.cancelWake?.();
     if (lease !== null) await this.options.client.revokeLease(lease.id).catch(() => {});
+  }
+
+  /** Releases the etcd client's sockets (after {@link stop}). */
+  close(): void {
+    this.options.client.close();
   }
 
   /** Checked before every frame to a device. */
@@ -143,7 +150,7 @@ export class EtcdGroupMember implements GroupPort {
       const current = tokenValue(result.ranges[1] ?? null);
       return { ok: false, stale: true, message: `etcd already holds token ${current} for ${actuator}, not below ${token}: this gateway's view is behind the group's` };
     } catch (err) {
-      return { ok: false, stale: false, message: `etcd could not confirm the grant: ${err instanceof Error ? err.message : String(err)}` };
+      return { ok: false, stale: false, message: err instanceof Error ? err.message : String(err) };
     }
   }
 
@@ -211,7 +218,10 @@ export class EtcdGroupMember implements GroupPort {
       }
       case "look":
         void client.get(this.leaderKey).then(
-          (kv) => this.dispatch({ type: "looked", leaseId: effect.leaseId, leader: this.classify(kv, effect.leaseId) }),
+          (kv) => {
+            this.noteLeader(kv);
+            this.dispatch({ type: "looked", leaseId: effect.leaseId, leader: this.classify(kv, effect.leaseId) });
+          },
           (err: unknown) => {
             log.debug({ err: String(err) }, "could not read the leader key");
             this.dispatch({ type: "lookFailed" });
@@ -222,7 +232,10 @@ export class EtcdGroupMember implements GroupPort {
         void client
           .txn([{ key: this.leaderKey, target: "CREATE", result: "EQUAL", createRevision: 0 }], [{ put: { key: this.leaderKey, value: this.identity, lease: effect.leaseId } }], [{ range: { key: this.leaderKey } }])
           .then(
-            (result) => this.dispatch({ type: "campaigned", won: result.succeeded ? { revision: result.revision } : null }),
+            (result) => {
+              if (!result.succeeded) this.noteLeader(result.ranges[0] ?? null);
+              this.dispatch({ type: "campaigned", won: result.succeeded ? { revision: result.revision } : null });
+            },
             (err: unknown) => {
               log.warn({ err: String(err) }, "campaign for the leader key failed");
               this.dispatch({ type: "campaignFailed" });
@@ -230,6 +243,22 @@ export class EtcdGroupMember implements GroupPort {
           );
         return;
     }
+  }
+
+  /** Logs who holds the leader key when that changes: what an operator looking at a standby wants to know. */
+  private noteLeader(kv: KeyValue | null): void {
+    let holder = "nobody";
+    if (kv !== null) {
+      try {
+        holder = kv.value === this.identity ? "this gateway" : String((JSON.parse(kv.value) as { gateway?: unknown }).gateway ?? "unknown");
+      } catch {
+        holder = "something not written by fencegate";
+      }
+    }
+    if (holder === this.lastLeader) return;
+    this.lastLeader = holder;
+    if (holder === "this gateway") return; // said when it took over
+    this.options.log.info({ leader: holder }, holder === "nobody" ? "the group's leader key is free; campaigning" : "the group's leader key is held by another gateway; standing by");
   }
 
   private classify(kv: KeyValue | null, leaseId: string): "none" | "other" | { mine: Term } {

@@ -131,8 +131,10 @@ export class ModbusDevice implements DevicePort {
     if (profile !== "fenced") return { kind: "unsupported", message: "A plain device keeps no fence of its own." };
     try {
       await this.checkIdentity();
-      await this.transact((c) => call((cb) => c.writeFC16(unit, FENCED.FENCE_RAISE_START, encodeFenceRaise(token, 0), cb)));
-      this.writeCounter = { token, next: 1 }; // seq 0 of this token is taken
+      // The next device seq under the token, like a command's: the gateway's own safe write
+      // may have gone out under it already (the raise then sits above it).
+      const seq = this.deviceSeqFor(token);
+      await this.transact((c) => call((cb) => c.writeFC16(unit, FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), cb)));
       return { kind: "raised" };
     } catch (err) {
       const modbusCode = modbusExceptionCode(err);
