@@ -269,9 +269,10 @@ describe("group member on a 3-member etcd", () => {
       expect(commit).toMatchObject({ ok: false, stale: false });
       await until("stepped down", () => p.deactivations.length > 0, 5000);
       expect(p.deactivations[0]!.reason).toBe("renewal-overdue");
-      // The last confirmed renewal was sent before the quorum was lost: the step-down comes
-      // at most TTL - margin after that, so within TTL - margin of the loss.
-      expect(p.deactivations[0]!.atMs - lostAt).toBeLessThanOrEqual(3000 - 500 + 50);
+      // The step-down comes TTL - margin after the last confirmed renewal. etcd's leader renews
+      // leases without a round of consensus, and keeps doing so until it notices its quorum is
+      // gone (an election timeout, 1 s): so within TTL - margin + 1 s of the loss.
+      expect(p.deactivations[0]!.atMs - lostAt).toBeLessThanOrEqual(3000 - 500 + 1000 + 100);
       expect(p.member.mayDriveDevices()).toBe(false);
 
       await etcd.restart(1); // quorum back: it campaigns again and leads
