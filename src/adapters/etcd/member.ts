@@ -67,6 +67,8 @@ export class EtcdGroupMember implements GroupPort {
   private state: LeadershipState = INITIAL_LEADERSHIP;
   /** Who held the leader key at the last look, to log changes only. */
   private lastLeader: string | null = null;
+  /** The last etcd failure logged at warn: a retry every few hundred ms repeats it at debug only. */
+  private lastFailure: string | null = null;
   private cancelWake: (() => void) | null = null;
   private readonly prefix: string;
   /** What this process writes into the leader key: the gateway id and a per-process nonce. */
@@ -192,11 +194,12 @@ export class EtcdGroupMember implements GroupPort {
         const sentAtMs = clock.monotonicMs();
         void client.grantLease(Math.ceil(effect.ttlMs / 1000)).then(
           ({ id, ttlS }) => {
+            this.lastFailure = null;
             log.debug({ lease: id, ttlS }, "etcd lease granted");
             this.dispatch({ type: "granted", id, ttlMs: ttlS * 1000, sentAtMs });
           },
           (err: unknown) => {
-            log.warn({ err: String(err) }, "etcd lease grant failed; retrying");
+            this.failed("etcd lease grant failed; retrying", err);
             this.dispatch({ type: "grantFailed" });
           },
         );
@@ -206,11 +209,13 @@ export class EtcdGroupMember implements GroupPort {
         const sentAtMs = clock.monotonicMs();
         void client.keepAlive(effect.id).then(
           (ttlS) => {
+            if (this.lastFailure !== null) log.info({ lease: effect.id }, "etcd answers again");
+            this.lastFailure = null;
             log.debug({ lease: effect.id, ttlS }, "etcd lease renewed");
             this.dispatch({ type: "renewed", id: effect.id, ttlMs: ttlS * 1000, sentAtMs });
           },
           (err: unknown) => {
-            log.warn({ lease: effect.id, err: String(err) }, "etcd lease renewal failed; retrying");
+            this.failed("etcd lease renewal failed; retrying", err, { lease: effect.id });
             this.dispatch({ type: "renewFailed", id: effect.id });
           },
         );
@@ -237,12 +242,20 @@ export class EtcdGroupMember implements GroupPort {
               this.dispatch({ type: "campaigned", won: result.succeeded ? { revision: result.revision } : null });
             },
             (err: unknown) => {
-              log.warn({ err: String(err) }, "campaign for the leader key failed");
+              this.failed("campaign for the leader key failed", err);
               this.dispatch({ type: "campaignFailed" });
             },
           );
         return;
     }
+  }
+
+  /** A failed etcd request: at warn when it says something new, else at debug (retries come every few hundred ms). */
+  private failed(what: string, err: unknown, fields: Record<string, unknown> = {}): void {
+    const text = `${what}: ${String(err)}`;
+    const level = text === this.lastFailure ? "debug" : "warn";
+    this.lastFailure = text;
+    this.options.log[level]({ ...fields, err: String(err) }, what);
   }
 
   /** Logs who holds the leader key when that changes: what an operator looking at a standby wants to know. */
