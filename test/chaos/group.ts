@@ -46,6 +46,8 @@ export interface GroupChaosCounts {
   takeovers: number;
   stepDowns: number;
   gatewayLives: number;
+  /** Writes the device itself refused (0x46): a deposed gateway's, arriving late. */
+  deviceRefusals: number;
 }
 
 type Fault = "kill" | "pause" | "etcd" | "cut" | "stall";
@@ -68,7 +70,7 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
   const between = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
   const ttlMs = options.ttlMs ?? 2000;
   const leaseTtlMs = options.leaseTtlMs ?? 2000;
-  const counts: GroupChaosCounts = { faults: 0, kills: 0, pauses: 0, etcdRestarts: 0, linkCuts: 0, linkStalls: 0, takeovers: 0, stepDowns: 0, gatewayLives: 0 };
+  const counts: GroupChaosCounts = { faults: 0, kills: 0, pauses: 0, etcdRestarts: 0, linkCuts: 0, linkStalls: 0, takeovers: 0, stepDowns: 0, gatewayLives: 0, deviceRefusals: 0 };
   const dir = mkdtempSync(join(tmpdir(), "fencegate-group-chaos-"));
   const teardown = new Teardown();
   const lives: Life[] = [];
@@ -213,6 +215,7 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
 
     // The in-process simulator's clock is this process's performance.now().
     const offset = monoMs() - performance.now();
+    counts.deviceRefusals = group.sim.device(1).refusalCount;
     device.push(...group.sim.device(1).applied.map((e) => ({ token: e.token ?? 0, seq: e.seq ?? 0, position: e.setpoints.position, mono: e.at + offset, errMs: 0.5, simLife: 1 })));
     for (const life of lives) {
       const { exitCode, signalCode } = life.d.child;

@@ -13,10 +13,18 @@ import { EtcdGroupMember, etcdClientFor } from "../../src/adapters/etcd/member.t
 import { parseConfig } from "../../src/config/index.ts";
 import { leadershipConfig, type StepDownReason } from "../../src/core/leadership.ts";
 import { realClock, realScheduler } from "../../src/daemon.ts";
+import { checkGroup } from "../../src/doctor/checks.ts";
 import { makePki } from "../broker-security/pki.ts";
 import { startEtcd, type EtcdCluster } from "../support/etcd.ts";
 
 const log = pino({ level: "silent" });
+/** A valid configuration around the group section under test. */
+const DOCTOR_BASE = {
+  gatewayId: "gw-a",
+  mqtt: { url: "mqtt://127.0.0.1:1883" },
+  buses: { plc: { type: "tcp", host: "127.0.0.1" } },
+  actuators: [{ id: "valve-1", bus: "plc", unit: 1, profile: "fenced", points: { position: { register: 0x20, min: 0, max: 100, writable: true } } }],
+};
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface Probe {
@@ -164,6 +172,16 @@ describe("group member on a 1-member etcd", () => {
     await until("a deposed", () => a.deactivations.some((d) => d.reason === "deposed"), 3000);
   });
 
+  it("fencegate doctor names who leads the group", async () => {
+    const group = nextGroup();
+    const config = (name: string) => parseConfig({ ...DOCTOR_BASE, group: { name, endpoints: etcd.endpoints, leaseTtlMs: 3000, selfFenceMarginMs: 500 } }).group!;
+    expect(await checkGroup(config(group))).toMatchObject({ status: "ok", message: `etcd answers at ${etcd.endpoints.join(", ")}; group ${group} is led by nobody yet.` });
+    const a = make(client(), "gw-a", group);
+    a.member.start();
+    await until("a active", () => a.member.phase === "active");
+    expect((await checkGroup(config(group))).message).toMatch(/is led by gw-a\.$/);
+  });
+
   it("a standby commits nothing", async () => {
     const group = nextGroup();
     const a = make(client(), "gw-a", group);
@@ -194,10 +212,7 @@ describe("group member with etcd over TLS, client certificates and a password", 
 
   const groupConfig = (password: string) =>
     parseConfig({
-      gatewayId: "gw-a",
-      mqtt: { url: "mqtt://127.0.0.1:1883" },
-      buses: { plc: { type: "tcp", host: "127.0.0.1" } },
-      actuators: [{ id: "valve-1", bus: "plc", unit: 1, profile: "fenced", points: { position: { register: 0x20, min: 0, max: 100, writable: true } } }],
+      ...DOCTOR_BASE,
       group: { name: "tls", endpoints: etcd.endpoints, tls: { caFile: pki.caFile, ...pki.anonymousClient }, username: "root", password, leaseTtlMs: 3000, selfFenceMarginMs: 500 },
     }).group!;
 

@@ -7,6 +7,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseConfig } from "../../src/config/index.ts";
+import { checkGroup } from "../../src/doctor/checks.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { freePort } from "../support/ports.ts";
@@ -48,5 +50,13 @@ describe("a group member without etcd", () => {
     expect(daemon.logs.filter((l) => l.msg === "etcd lease grant failed; retrying" && l.level === 40)).toHaveLength(1);
     expect(daemon.logs.some((l) => l.msg === "bus open" || l.msg === "cannot open the bus; retrying")).toBe(false);
     expect(daemon.child.exitCode).toBeNull();
+  });
+
+  it("fencegate doctor says etcd does not answer, and what to check", async () => {
+    const etcdPort = await freePort();
+    const finding = await checkGroup(parseConfig({ ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "j.db"), buses: { plc: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-1", "plc", 1)] }), group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], requestTimeoutMs: 500 } }).group!);
+    expect(finding).toMatchObject({ check: "group etcd", status: "fail" });
+    expect(finding.message).toContain(`ECONNREFUSED 127.0.0.1:${etcdPort}`);
+    expect(finding.fix).toMatch(/etcdctl endpoint health --cluster/);
   });
 });

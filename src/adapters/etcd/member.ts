@@ -52,6 +52,21 @@ export interface GroupMemberOptions {
 
 const TOKEN_DIGITS = 16; // 2^53-1 has 16 digits
 
+/** The key the group's active gateway holds. */
+export function leaderKeyOf(group: string): string {
+  return `/fencegate/${group}/leader`;
+}
+
+/** The gateway id a leader key names, "nobody" for none (for people: logs and the doctor). */
+export function leaderOf(kv: KeyValue | null): string {
+  if (kv === null) return "nobody";
+  try {
+    return String((JSON.parse(kv.value) as { gateway?: unknown }).gateway ?? "unknown");
+  } catch {
+    return "something not written by fencegate";
+  }
+}
+
 export function tokenText(token: number): string {
   return String(token).padStart(TOKEN_DIGITS, "0");
 }
@@ -80,7 +95,7 @@ export class EtcdGroupMember implements GroupPort {
   }
 
   get leaderKey(): string {
-    return `${this.prefix}leader`;
+    return leaderKeyOf(this.options.group);
   }
 
   tokenKey(actuator: string): string {
@@ -260,14 +275,7 @@ export class EtcdGroupMember implements GroupPort {
 
   /** Logs who holds the leader key when that changes: what an operator looking at a standby wants to know. */
   private noteLeader(kv: KeyValue | null): void {
-    let holder = "nobody";
-    if (kv !== null) {
-      try {
-        holder = kv.value === this.identity ? "this gateway" : String((JSON.parse(kv.value) as { gateway?: unknown }).gateway ?? "unknown");
-      } catch {
-        holder = "something not written by fencegate";
-      }
-    }
+    const holder = kv !== null && kv.value === this.identity ? "this gateway" : leaderOf(kv);
     if (holder === this.lastLeader) return;
     this.lastLeader = holder;
     if (holder === "this gateway") return; // said when it took over
