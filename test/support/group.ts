@@ -29,6 +29,8 @@ export interface GroupOptions {
   readonly gateway?: Record<string, unknown>;
   /** Each gateway reaches etcd (its first member) through a link of its own, which a test can cut. */
   readonly etcdLinks?: boolean;
+  /** The valve's profile (default fenced); plain means the group accepts plain devices. */
+  readonly profile?: "fenced" | "plain";
 }
 
 export interface GroupStack {
@@ -79,7 +81,8 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
   const etcd = teardown.add(await startEtcd(options.etcd), (e) => e.stop());
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
   const status = teardown.add(await TopicWatcher.connect(broker.url, GATEWAYS.map((_, i) => statusTopic(i))), (w) => w.close());
-  const sim = teardown.add(await startSimulator({ rate: 0, ...options.sim, tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
+  const profile = options.profile ?? "fenced";
+  const sim = teardown.add(await startSimulator({ rate: 0, profile, ...options.sim, tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
   const links: TcpLink[] = [];
   for (let i = 0; i < GATEWAYS.length; i++) links.push(teardown.add(await startTcpLink({ host: "127.0.0.1", port: sim.tcp!.port }), (l) => l.close()));
   const etcdLinks: TcpLink[] = [];
@@ -106,7 +109,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
         brokerUrl: broker.url,
         journalPath: join(gwDir, "journal.db"),
         buses: { plc: { type: "tcp", host: "127.0.0.1", port: links[i]!.port, timeoutMs: 1000, reconnect: { minMs: 50, maxMs: 500 } } },
-        actuators: [valve(VALVE, "plc", 1)],
+        actuators: [valve(VALVE, "plc", 1, profile)],
         mqtt: { keepaliveS: 5, reconnect: { minMs: 100, maxMs: 500 } },
       }),
       gatewayId: id,
@@ -116,6 +119,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
         leaseTtlMs,
         selfFenceMarginMs: options.selfFenceMarginMs ?? 500,
         requestTimeoutMs: Math.min(500, Math.floor(leaseTtlMs / 3)),
+        ...(profile === "plain" ? { acceptPlainDevices: true } : {}),
       },
       ...options.gateway,
     };
