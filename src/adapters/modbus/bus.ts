@@ -102,6 +102,8 @@ export class ModbusBus extends EventEmitter {
   private quietUntil = 0;
   /** An open in progress, until its callback has run (and, once closed, its port is closed). */
   private opening: Promise<void> | null = null;
+  /** Counts close(): a transaction, a timer or an open from before one belongs to a closed generation. */
+  private generation = 0;
 
   constructor(
     readonly options: BusOptions,
@@ -168,10 +170,12 @@ export class ModbusBus extends EventEmitter {
 
   private pump(): void {
     if (this.busy || !this.up) return;
+    const generation = this.generation;
     const wait = this.quietUntil - performance.now();
     if (wait > 0) {
       this.busy = true;
       setTimeout(() => {
+        if (generation !== this.generation) return;
         this.busy = false;
         this.afterQuiet();
       }, Math.ceil(wait));
@@ -188,16 +192,22 @@ export class ModbusBus extends EventEmitter {
     const done = (result: "ok" | "exception" | "timeout" | "malformed" | "error") => {
       this.emit("transaction", job.unit, (performance.now() - startedMs) / 1000, result);
     };
+    // A transaction of a session closed since settles its caller and touches nothing else.
+    const current = () => generation === this.generation;
     const malformed = new Promise<never>((_, reject) => (this.failCurrent = reject));
     Promise.race([job.run(this.client), malformed])
       .then(
         (value) => {
-          done("ok");
-          this.noteAnswer(job.unit);
+          if (current()) {
+            done("ok");
+            this.noteAnswer(job.unit);
+          }
           job.resolve(value);
         },
         (err: unknown) => {
-          if (isTimeout(err)) {
+          if (!current()) {
+            // ignore: the bus was closed (and maybe opened again) meanwhile
+          } else if (isTimeout(err)) {
             done("timeout");
             const ignored = this.port?.ignored;
             const why = `no answer within ${this.options.timeoutMs} ms${ignored ? `; the ${this.options.link.kind === "rtu" ? "line" : "connection"} carried ${ignored} instead` : ""}`;
@@ -219,6 +229,7 @@ export class ModbusBus extends EventEmitter {
         },
       )
       .finally(() => {
+        if (!current()) return;
         this.failCurrent = null;
         this.busy = false;
         this.pump();
@@ -262,6 +273,7 @@ export class ModbusBus extends EventEmitter {
 
   private open(): void {
     if (this.closed) return;
+    const generation = this.generation;
     const { link } = this.options;
     const port = link.kind === "rtu" ? new RtuPort(link.line) : new TcpPort(link);
     port.on("malformed", (err: unknown) => this.failCurrent?.(err));
@@ -270,7 +282,7 @@ export class ModbusBus extends EventEmitter {
     let settled: () => void = () => {};
     this.opening = new Promise<void>((resolve) => (settled = resolve));
     const onOpen = (err: unknown) => {
-      if (this.closed) {
+      if (this.closed || generation !== this.generation) {
         // close() waits for this: the port (and its lock) must be free once close() returns.
         client.close(() => settled());
         return;
@@ -325,8 +337,15 @@ export class ModbusBus extends EventEmitter {
 
   async close(): Promise<void> {
     this.closed = true;
+    // A new session starts with the next start(): nothing of this one may act on it.
+    this.generation++;
+    this.busy = false;
+    this.failCurrent = null;
+    this.quietUntil = 0;
     if (this.reopenTimer) clearTimeout(this.reopenTimer);
+    this.reopenTimer = null;
     const client = this.client;
+    const opening = this.opening; // this session's: a start() meanwhile begins another
     this.up = false;
     this.client = null;
     for (const queue of this.queues.values()) for (const job of queue.splice(0)) job.reject(new LinkDownError("bus closed"));
@@ -338,6 +357,6 @@ export class ModbusBus extends EventEmitter {
       this.sessions.set(unit, this.session(unit) + 1);
     }
     if (client) await new Promise<void>((resolve) => client.close(() => resolve()));
-    await this.opening;
+    await opening;
   }
 }
