@@ -52,6 +52,8 @@ export interface GroupStack {
   servingLine(i: number): LogLine | undefined;
   /** Each gateway's status as its retained status topic says now: active, standby, offline (or undefined). */
   roles(): (string | undefined)[];
+  /** Every status message seen (for `mark()` and `waitFor()`: the moment a gateway says it is active). */
+  readonly status: TopicWatcher;
   /** Resolves when one gateway says it is active and the other standby: the active one's index. */
   oneActive(timeoutMs?: number): Promise<number>;
 }
@@ -132,6 +134,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     sim,
     links,
     etcdLinks,
+    status,
     daemons,
     leaseTtlMs,
     start(i) {
