@@ -12,6 +12,8 @@ export interface TcpLink {
   readonly port: number;
   /** Bytes from the gateway held back so far (since the last release). */
   readonly heldBytes: number;
+  /** Modbus TCP requests held back so far that write registers (FC16): a command block or a fence raise. */
+  readonly heldWrites: number;
   hold(): void;
   release(): void;
   cut(): void;
@@ -77,6 +79,11 @@ export async function startTcpLink(target: { host: string; port: number }): Prom
       for (const p of pipes) for (const c of p.held) n += c.length;
       return n;
     },
+    get heldWrites() {
+      let n = 0;
+      for (const p of pipes) n += fc16Requests(Buffer.concat(p.held));
+      return n;
+    },
     hold() {
       holding = true;
     },
@@ -103,4 +110,13 @@ export async function startTcpLink(target: { host: string; port: number }): Prom
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** Counts the FC16 requests in a run of Modbus TCP frames (7-byte MBAP header, then the PDU). */
+function fc16Requests(bytes: Buffer): number {
+  let n = 0;
+  for (let at = 0; at + 8 <= bytes.length; at += 6 + bytes.readUInt16BE(at + 4)) {
+    if (bytes[at + 7] === 16) n++;
+  }
+  return n;
 }
