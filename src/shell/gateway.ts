@@ -197,19 +197,19 @@ class ActuatorRuntime {
    */
   private async makeDurable(entries: JournalEntry[]): Promise<{ token: number; commit: Extract<GrantCommit, { ok: false }> } | null> {
     const group = this.gw.deps.group;
-    const grants = group === undefined ? [] : entries.flatMap((e) => (e.record.type === "granted" ? [e.record.token] : []));
+    // The group keeps the highest token granted: committing the step's highest covers the
+    // others (a takeover and the safe write it owes grant two), and two commits of one
+    // actuator in flight at once could overtake each other.
+    const token = group === undefined ? 0 : Math.max(0, ...entries.map((e) => (e.record.type === "granted" ? e.record.token : 0)));
     const journal = this.gw.committer.persist(entries);
-    if (grants.length === 0) {
+    if (token === 0) {
       await journal;
       return null;
     }
-    const [, ...commits] = await Promise.all([journal, ...grants.map((token) => group!.commitGrant(this.id, token))]);
-    let failure: { token: number; commit: Extract<GrantCommit, { ok: false }> } | null = null;
-    commits.forEach((commit, k) => {
-      if (commit.ok) this.groupCommitted = Math.max(this.groupCommitted, grants[k]!);
-      else failure ??= { token: grants[k]!, commit };
-    });
-    return failure;
+    const [, commit] = await Promise.all([journal, group!.commitGrant(this.id, token)]);
+    if (!commit.ok) return { token, commit };
+    this.groupCommitted = Math.max(this.groupCommitted, token);
+    return null;
   }
 
   /**

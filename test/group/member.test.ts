@@ -292,7 +292,10 @@ describe("group member on a 3-member etcd", () => {
 
       await etcd.restart(1); // quorum back: it campaigns again and leads
       await until("active again", () => p.member.phase === "active", 15_000);
-      expect(await p.member.readToken("valve-1")).toBe(2);
+      // The commit of 3 timed out, its outcome unknown: etcd may still apply it once its quorum
+      // is back. Either way token 3 was never handed out (the grant was refused), and the next
+      // grant must be above whatever etcd holds.
+      expect([2, 3]).toContain(await p.member.readToken("valve-1"));
     } finally {
       await p.member.stop();
       p.client.close();
