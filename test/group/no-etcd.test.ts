@@ -52,6 +52,23 @@ describe("a group member without etcd", () => {
     expect(daemon.child.exitCode).toBeNull();
   });
 
+  it("a second gateway with the standby's gatewayId is refused: the standby still says who it is", async () => {
+    const copy = mkdtempSync(join(tmpdir(), "fencegate-no-etcd-copy-"));
+    let second: DaemonProcess | undefined;
+    try {
+      second = DaemonProcess.start(copy, {
+        ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(copy, "journal.db"), buses: { plc: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "plc", 1)] }),
+        gatewayId: "gw-a",
+      });
+      expect(await second.exited).toEqual({ code: 78, signal: null });
+      expect(second.logs.find((l) => l.level === 60)?.msg).toMatch(/^Another fencegate with gatewayId "gw-a" is connected/);
+      expect(watcher.last("fencegate/gateway/gw-a/status")?.payload).toBe("standby");
+    } finally {
+      await second?.kill("SIGKILL");
+      rmSync(copy, { recursive: true, force: true });
+    }
+  });
+
   it("fencegate doctor says etcd does not answer, and what to check", async () => {
     const etcdPort = await freePort();
     const finding = await checkGroup(parseConfig({ ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "j.db"), buses: { plc: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-1", "plc", 1)] }), group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], requestTimeoutMs: 500 } }).group!);
