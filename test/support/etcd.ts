@@ -11,7 +11,24 @@ import https from "node:https";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "./ports.ts";
+import net from "node:net";
+
+/**
+ * A free port below Linux's ephemeral range (32768-60999). etcd must be told its ports before
+ * it binds them; one taken with listen(0) and released would sit in the range every other
+ * test's freePort() draws from, and could be handed out again in between.
+ */
+async function portBelowEphemeral(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const server = net.createServer();
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+}
 
 export interface EtcdTls {
   readonly caFile: string;
@@ -70,7 +87,7 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
   const dir = mkdtempSync(join(tmpdir(), "fencegate-etcd-"));
   const members: Member[] = [];
   for (let i = 0; i < count; i++) {
-    members.push({ name: `e${i + 1}`, clientPort: await freePort(), peerPort: await freePort(), child: null, exited: Promise.resolve(), output: "" });
+    members.push({ name: `e${i + 1}`, clientPort: await portBelowEphemeral(), peerPort: await portBelowEphemeral(), child: null, exited: Promise.resolve(), output: "" });
   }
   const clientUrl = (m: Member) => `${scheme}://127.0.0.1:${m.clientPort}`;
   const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
