@@ -124,7 +124,9 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
     const gateway = (kind: Fault) => {
       const active = activeNow();
       const atActive = (kind === "kill" || kind === "pause") && hits[kind]++ % 2 === 0;
-      return active >= 0 && atActive ? active : Math.floor(random() * GATEWAYS.length);
+      const i = active >= 0 && atActive ? active : Math.floor(random() * GATEWAYS.length);
+      // A gateway busy with another fault (a zombie takes seconds): the other one, if free.
+      return busy.has(`gw${i}`) && !busy.has(`gw${1 - i}`) && !atActive ? 1 - i : i;
     };
     const attempt = (kind: Fault): boolean => {
       const i = gateway(kind);
