@@ -58,9 +58,10 @@ describe("etcd trouble", () => {
 
     const down = await active.waitForLog((l) => isSteppingDown(l) && active.logs.indexOf(l) >= linesBefore, 10_000, "stepping down");
     expect(down.reason).toBe("renewal-overdue");
-    // TTL - margin after the last confirmed renewal; etcd's old leader keeps renewing leases
-    // until it notices its quorum is gone (an election timeout, 1 s); + log flushing and load.
-    expect(performance.now() - lostAt).toBeLessThan(5000 - 1000 + 1000 + 1500);
+    // Seen through the log (written in batches, on a loaded machine): within the lease's TTL,
+    // an election timeout (etcd's old leader renews until it notices its quorum is gone) and
+    // slack. The exact window, on the member's own clock: test/group/member.test.ts.
+    expect(performance.now() - lostAt).toBeLessThan(5000 + 1000 + 1500);
     await until(() => roles().every((r) => r === "standby"), { timeoutMs: 5000, what: `both standing by (${roles().join(", ")})` });
 
     await group.etcd.restart(0); // quorum back
