@@ -24,6 +24,7 @@ export const TEST_TOOLS = {
   "systemd-analyze": "systemd",
   strace: "strace",
   chromium: "chromium",
+  etcd: "etcd-server",
 };
 
 function say(line) {

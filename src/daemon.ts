@@ -6,6 +6,7 @@ import { mkdirSync, readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { dirname, join } from "node:path";
 import { pino, type Logger } from "pino";
+import { EtcdGroupMember, etcdClientFor } from "./adapters/etcd/member.ts";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
 import type { HttpAuth } from "./adapters/http/auth.ts";
 import { StatusBoard, type ActuatorInfo } from "./adapters/http/status-board.ts";
@@ -18,6 +19,7 @@ import { LEASE_REQUEST_ROOM_PER_ACTUATOR, MAX_PENDING_READS_PER_ACTUATOR, MqttLi
 import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, probeGateways } from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
+import { leadershipConfig } from "./core/leadership.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
 import type { Clock, JournalEntry, Outbox, Scheduler } from "./shell/ports.ts";
 import { PACKAGE_ROOT } from "./package-root.ts";
@@ -55,6 +57,8 @@ export interface Daemon {
   readonly fatal: Promise<number>;
   /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
   healthProblem(): string | null;
+  /** The gateway group membership, when configured. */
+  readonly group: EtcdGroupMember | null;
 }
 
 export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
@@ -85,6 +89,9 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     throw new DuplicateGatewayError(config.gatewayId, duplicate, config.mqtt.url);
   }
 
+  // Gateway group: the member is made below, once the gateway exists; the buses ask it before every frame.
+  let member: EtcdGroupMember | null = null;
+  const permit = config.group === undefined ? {} : { permit: () => member?.mayDriveDevices() ?? false };
   const buses = new Map<string, ModbusBus>();
   for (const [name, bus] of Object.entries(config.buses)) {
     buses.set(
@@ -99,6 +106,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
           quietAfterTimeoutMs: quietAfterTimeoutMs(bus.timeoutMs),
           offlineAfterFailures: 2,
           queueLimitPerUnit: config.commands.queueLimit * 4,
+          ...permit,
         },
         log.child({ bus: name }),
       ),
@@ -141,6 +149,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     log,
     maxPendingReadsPerActuator: MAX_PENDING_READS_PER_ACTUATOR,
     maxPendingRequestsPerActuator: config.commands.queueLimit + 1 + LEASE_REQUEST_ROOM_PER_ACTUATOR,
+    ...(config.group === undefined ? {} : { role: "standby" as const }),
   });
 
   let metrics: GatewayMetrics | null = null;
@@ -149,15 +158,20 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   let beforeConnect: [string, Parameters<Outbox["event"]>[1]][] | null = [];
   // Set once the gateway exists (the board reads the committer's backlog); fed from here on.
   let board: StatusBoard | null = null;
+  // In a group only the active gateway publishes states and events: a standby's (or a
+  // deposed gateway's) view must not overwrite the active one's retained state.
   const outbox: Outbox = {
     reply: (ref, reply) => link.reply(ref, reply),
     event: (actuator, event) => {
       metrics?.onEvent(actuator, event);
       board?.event(actuator, event);
+      if (!gateway.serving) return;
       if (beforeConnect === null) link.event(actuator, event);
       else if (beforeConnect.length < EVENTS_BEFORE_CONNECT_LIMIT) beforeConnect.push([actuator, event]);
     },
-    state: (view) => link.state(view),
+    state: (view) => {
+      if (gateway.serving) link.state(view);
+    },
     observe: (view) => board?.state(view),
   };
   const onDurable = (entries: readonly JournalEntry[]) => {
@@ -185,9 +199,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
         journalFailed = true;
         resolveFatal(74);
       },
+      ...(config.group === undefined ? {} : { group: { commitGrant: (a, t) => member!.commitGrant(a, t), readToken: (a) => member!.readToken(a), mayDriveDevices: () => member!.mayDriveDevices(), stale: (why) => member!.stale(why) } }),
     },
     snapshots,
   );
+  if (config.group !== undefined) member = groupMember(config, gateway, buses, link, log);
 
   /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
   const daemonProblem = (): string | null => {
@@ -200,8 +216,10 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     // /healthz: the daemon's own problems, and no bus open at all (it cannot reach a single
     // device). One bus or device down is in the details, not a 503: the rest still serve.
     // Not the watchdog's rule: an unplugged adapter must not get the daemon restarted.
-    problem: () => daemonProblem() ?? (buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
+    // A group's standby opens no bus, by design.
+    problem: () => daemonProblem() ?? (gateway.serving && buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
     details: () => ({
+      ...(member ? { group: member.phase } : {}),
       mqtt: link.connected,
       buses: Object.fromEntries([...buses].map(([name, b]) => [name, b.isUp])),
       actuators: Object.fromEntries(gateway.actuatorIds().map((id) => [id, gateway.view(id)?.online ?? false])),
@@ -282,9 +300,10 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     bus.on("unit", (unit, online, reason) => {
       for (const a of config.actuators) if (a.bus === name && a.unit === unit) gateway.linkChanged(a.id, online, reason);
     });
-    bus.start();
+    // A group's standby opens no port: on a shared RS-485 line only one master may drive it.
+    if (member === null) bus.start();
   }
-  gateway.start();
+  if (member === null) gateway.start();
   void (async () => {
     // Not reachable before the devices were: ask again before taking the client id.
     let probe = firstProbe;
@@ -297,12 +316,14 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     const other = duplicateOf(probe, identity);
     if (other !== undefined) return stopForDuplicate(new DuplicateGatewayError(config.gatewayId, other, config.mqtt.url).message);
     if (stopping) return;
+    // A group member campaigns only once it is known to be the only one with its id.
+    member?.start();
     await link.start(gateway);
     const held = beforeConnect ?? [];
     beforeConnect = null;
     for (const [actuator, event] of held) link.event(actuator, event);
   })();
-  log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path }, "fencegate daemon started");
+  log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path, ...(config.group ? { group: config.group.name } : {}) }, "fencegate daemon started");
 
   const address = server?.address();
   return {
@@ -312,18 +333,22 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     httpPort: typeof address === "object" && address !== null ? address.port : null,
     fatal,
     healthProblem: daemonProblem,
+    group: member,
     async stop() {
       if (stopping) return;
       stopping = true;
       log.info("draining: no new requests; finishing the commands in progress");
       const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
       if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      // Stepping down gives the leader key up at once: a standby takes over without waiting for the TTL.
+      await member?.stop();
       gateway.stop();
       await link.stop();
       await Promise.all([...buses.values()].map((b) => b.close()));
       await gateway.committer.idle(); // the commits in flight finish before the journal closes
       statusRoutes?.close(); // its event streams would hold the server open, its reader the journal's file
       journal.close();
+      member?.close();
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("fencegate daemon stopped");
     },
@@ -355,4 +380,66 @@ function packageVersion(): string {
   } catch {
     return "unknown";
   }
+}
+
+/**
+ * The gateway group membership (config.group): stands by until this gateway holds the
+ * leader key; then opens the buses, takes every actuator over (device fences first) and
+ * only then takes requests. On stepping down, device I/O has already stopped (the buses
+ * ask the member before every frame); leases end, the buses close, requests stop.
+ */
+function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap<string, ModbusBus>, link: MqttLink, log: Logger): EtcdGroupMember {
+  const group = config.group!;
+  let activation = 0;
+  const member: EtcdGroupMember = new EtcdGroupMember({
+    client: etcdClientFor(group),
+    group: group.name,
+    gatewayId: config.gatewayId,
+    config: leadershipConfig(group.leaseTtlMs, group.selfFenceMarginMs),
+    clock: realClock,
+    scheduler: realScheduler,
+    log: log.child({ component: "group" }),
+    onActivate: (term) => {
+      const mine = ++activation;
+      const startedMs = performance.now();
+      for (const bus of buses.values()) bus.start();
+      void Promise.all([...buses.values()].map((bus) => whenUp(bus, Math.max(...Object.values(config.buses).map((b) => b.timeoutMs)) * 2)))
+        .then(() => gateway.takeOver())
+        .then(() => {
+          if (mine !== activation || member.phase !== "active") return;
+          link.setRole("active");
+          for (const id of gateway.actuatorIds()) {
+            const view = gateway.view(id);
+            if (view) link.state(view);
+          }
+          log.info({ term: term.revision, takeoverMs: Math.round(performance.now() - startedMs), secured: gateway.allSecured() }, "serving as the group's active gateway");
+        });
+    },
+    onDeactivate: (reason, detail) => {
+      activation++;
+      link.setRole("standby");
+      gateway.standDown();
+      for (const bus of buses.values()) void bus.close();
+      log.warn({ reason, detail }, "standing by: leases ended, buses closed, no requests taken");
+    },
+  });
+  log.info({ group: group.name, endpoints: group.endpoints, leaseTtlMs: group.leaseTtlMs }, "group member started; standing by until this gateway holds the group's leader key");
+  return member;
+}
+
+/** Resolves when the bus is open, or after `timeoutMs` (a device that is not there yet is retried by the gateway). */
+function whenUp(bus: ModbusBus, timeoutMs: number): Promise<void> {
+  if (bus.isUp) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, timeoutMs);
+    function done(): void {
+      clearTimeout(timer);
+      bus.off("link", onLink);
+      resolve();
+    }
+    function onLink(up: boolean): void {
+      if (up) done();
+    }
+    bus.on("link", onLink);
+  });
 }

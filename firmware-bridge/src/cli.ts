@@ -14,6 +14,7 @@ Runs a simulated Modbus actuator (see firmware-bridge/README.md for the register
   --tcp HOST:PORT       Modbus TCP server (PORT 0: pick a free port, printed in the ready line)
   --unit LIST           unit ids answered, e.g. 1 or 1,2,3 (default 1); each unit has its own state
   --profile P           fenced (default) | plain
+  --profile-version V   fenced profile 1.1 (default) | 1.0 (no FENCE_RAISE block)
   --state FILE          EEPROM file: one JSON file holding every unit's fence and setpoint,
                         replaced atomically (temp + fsync + rename + fsync dir). Default: RAM only
   --lose-unsynced       test mode: saves stay in RAM until a "sync" control command; a power
@@ -47,6 +48,7 @@ export function parseSimArgs(argv: string[]): SimulatorOptions | "help" {
       tcp: { type: "string" },
       unit: { type: "string", default: "1" },
       profile: { type: "string", default: "fenced" },
+      "profile-version": { type: "string", default: "1.1" },
       state: { type: "string" },
       "lose-unsynced": { type: "boolean", default: false },
       baud: { type: "string" },
@@ -66,6 +68,8 @@ export function parseSimArgs(argv: string[]): SimulatorOptions | "help" {
   if (!values.serial === !values.tcp) throw new Error("give exactly one of --serial DEV, --tcp HOST:PORT");
   const units = values.unit.split(",").map((u) => num("unit", u, 1));
   if (values.profile !== "fenced" && values.profile !== "plain") throw new Error(`--profile: fenced or plain, not ${values.profile}`);
+  const profileVersion = values["profile-version"];
+  if (profileVersion !== "1.0" && profileVersion !== "1.1") throw new Error(`--profile-version: 1.0 or 1.1, not ${profileVersion}`);
   if (!["even", "none", "odd"].includes(values.parity)) throw new Error(`--parity: even, none or odd, not ${values.parity}`);
   const stopBits = num("stop-bits", values["stop-bits"], 1);
   if (stopBits !== 1 && stopBits !== 2) throw new Error("--stop-bits: 1 or 2");
@@ -82,6 +86,7 @@ export function parseSimArgs(argv: string[]): SimulatorOptions | "help" {
     ...(tcp ? { tcp } : {}),
     units,
     profile: values.profile,
+    profileVersion,
     ...(values.state !== undefined ? { stateFile: values.state } : {}),
     loseUnsynced: values["lose-unsynced"],
     baud,

@@ -15,6 +15,7 @@ import {
   PROFILE_ID,
   PROFILE_MAGIC,
   PROFILE_VERSION,
+  PROFILE_VERSION_1_0,
   REFUSAL,
   STATUS,
   compareFence,
@@ -67,6 +68,8 @@ export interface DeviceConfig {
   readonly watchdogMs: number;
   /** Raw 0.01 % units. */
   readonly safePositionRaw: number;
+  /** The fenced profile version it implements: 1.1 (default) or 1.0 (no FENCE_RAISE block). */
+  readonly profileVersion?: typeof PROFILE_VERSION | typeof PROFILE_VERSION_1_0;
   /** Travel rate in raw units (0.01 %) per second; 0 = moves instantly. */
   readonly rateRawPerS: number;
 }
@@ -106,6 +109,15 @@ export interface DeviceSnapshot {
   readonly appliedCount: number;
   readonly keepAlives: number;
   readonly applied: readonly AppliedCommand[];
+  /** Every fence raise accepted (profile 1.1): the fence moved, nothing else did. */
+  readonly raises: readonly FenceRaised[];
+}
+
+export interface FenceRaised {
+  readonly token: number;
+  readonly tokenText: string;
+  readonly seq: number;
+  readonly at: number;
 }
 
 /**
@@ -131,6 +143,7 @@ export class Device {
   private keepAlives = 0;
   /** Every command acted on since this object was created (survives power cycles). */
   readonly applied: AppliedCommand[] = [];
+  readonly raises: FenceRaised[] = [];
   /** Fault injection: the next N accepted commands lose power after persisting, before acting. */
   crashAfterPersist = 0;
 
@@ -233,13 +246,18 @@ export class Device {
   }
 
   private mapEnd(): number {
-    return this.config.profile === "fenced" ? FENCED.MAP_END : PLAIN.MAP_END;
+    if (this.config.profile === "plain") return PLAIN.MAP_END;
+    return this.raiseSupported() ? FENCED.MAP_END : FENCED.MAP_END_1_0;
+  }
+
+  private raiseSupported(): boolean {
+    return (this.config.profileVersion ?? PROFILE_VERSION) >= PROFILE_VERSION;
   }
 
   private fencedImage(): Map<number, number> {
     const m = new Map<number, number>();
     const put = (addr: number, words: readonly number[]) => words.forEach((w, i) => m.set(addr + i, w));
-    put(FENCED.IDENTITY_START, [PROFILE_MAGIC, PROFILE_ID.FENCED, PROFILE_VERSION, DEVICE_TYPE_REFERENCE_ACTUATOR, FIRMWARE_VERSION]);
+    put(FENCED.IDENTITY_START, [PROFILE_MAGIC, PROFILE_ID.FENCED, this.config.profileVersion ?? PROFILE_VERSION, DEVICE_TYPE_REFERENCE_ACTUATOR, FIRMWARE_VERSION]);
     put(FENCED.SERIAL_NUMBER, u32ToWords(0x4647_0000 + this.config.unit));
     put(FENCED.SETPOINT_COUNT, [COMMAND_SETPOINT_COUNT]);
     put(FENCED.FENCE_TOKEN, u64ToWords(this.fenceToken));
@@ -297,6 +315,11 @@ export class Device {
       if (fc === 16 && addr === FENCED.COMMAND_START && values.length === FENCED.COMMAND_COUNT) return this.command(values, now);
       return this.refuse(REFUSAL.PARTIAL_BLOCK, EXCEPTION.ILLEGAL_DATA_ADDRESS);
     }
+    const raiseEnd = FENCED.FENCE_RAISE_START + FENCED.FENCE_RAISE_COUNT;
+    if (this.raiseSupported() && addr < raiseEnd && end > FENCED.FENCE_RAISE_START) {
+      if (fc === 16 && addr === FENCED.FENCE_RAISE_START && values.length === FENCED.FENCE_RAISE_COUNT) return this.raise(values, now);
+      return this.refuse(REFUSAL.PARTIAL_BLOCK, EXCEPTION.ILLEGAL_DATA_ADDRESS);
+    }
     return { exception: EXCEPTION.ILLEGAL_DATA_ADDRESS };
   }
 
@@ -338,6 +361,34 @@ export class Device {
     return undefined;
   }
 
+  /**
+   * Profile 1.1 FENCE_RAISE: the fence goes to a strictly greater (token, seq) as if a command
+   * block carrying the stored setpoint had been accepted, but nothing acts: target, setpoint
+   * and safe state stay, APPLIED_COUNT does not count it. Committed before the answer; an
+   * exact repeat is acknowledged; a stale or conflicting one refused with 0x46. Feeds the
+   * watchdog like a keep-alive.
+   */
+  private raise(words: readonly number[], now: number): Refusal | undefined {
+    const block = [...words, ...this.lastBlock.slice(FENCED.FENCE_RAISE_COUNT)];
+    if (block.length < FENCED.COMMAND_COUNT) block.push(this.setpoint); // never commanded: the stored setpoint
+    const cmd = decodeCommandBlockRaw(block);
+    if (cmd.token === 0n) return this.refuse(REFUSAL.INVALID_VALUE, EXCEPTION.ILLEGAL_DATA_VALUE);
+    const order = compareFence(cmd, { token: this.fenceToken, seq: this.fenceSeq });
+    if (order === 0) {
+      if (!sameWords(block, this.lastBlock)) return this.refuse(REFUSAL.CONFLICT, FENCE_REFUSED_EXCEPTION);
+      this.feed(now);
+      return undefined;
+    }
+    if (order < 0) return this.refuse(cmd.token < this.fenceToken ? REFUSAL.STALE_TOKEN : REFUSAL.STALE_SEQ, FENCE_REFUSED_EXCEPTION);
+    if (!this.persist({ token: cmd.token.toString(), seq: cmd.seq, block })) return this.refuse(REFUSAL.PERSIST_FAILED, EXCEPTION.SERVER_DEVICE_FAILURE);
+    this.fenceToken = cmd.token;
+    this.fenceSeq = cmd.seq;
+    this.lastBlock = block;
+    this.feed(now);
+    this.raises.push({ token: Number(cmd.token), tokenText: cmd.token.toString(), seq: cmd.seq, at: now });
+    return undefined;
+  }
+
   private act(targetRaw: number, now: number, fence: { token?: number; tokenText?: string; seq?: number }): void {
     this.setpoint = targetRaw;
     this.target = targetRaw;
@@ -363,6 +414,7 @@ export class Device {
       appliedCount: this.appliedCount,
       keepAlives: this.keepAlives,
       applied: [...this.applied],
+      raises: [...this.raises],
     };
   }
 }

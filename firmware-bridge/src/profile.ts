@@ -104,8 +104,10 @@ export const FAULT = {
 
 export const PROFILE_MAGIC = 0x4647; // "FG"
 export const PROFILE_ID = { FENCED: 1, PLAIN: 2 } as const;
-/** Profile version 1.0 as major << 8 | minor. */
-export const PROFILE_VERSION = 0x0100;
+/** Profile version 1.1 as major << 8 | minor (1.1 added the FENCE_RAISE block). */
+export const PROFILE_VERSION = 0x0101;
+/** Version 1.0: no FENCE_RAISE block (a write there answers 0x02). */
+export const PROFILE_VERSION_1_0 = 0x0100;
 export const DEVICE_TYPE_REFERENCE_ACTUATOR = 0x0001;
 
 /** Number of setpoint registers in the command block (the reference actuator: target position). */
@@ -165,12 +167,21 @@ export const FENCED = {
   COMMAND_SEQ: 0x0044,
   COMMAND_TARGET_POSITION: 0x0046,
 
+  /**
+   * Profile 1.1: raise the fence without moving anything: token u64 (4), seq u32 (2). One
+   * FC16, exactly. The new active gateway of a group writes it at takeover. Reads 0.
+   */
+  FENCE_RAISE_START: 0x0048,
+  FENCE_RAISE_COUNT: 6,
+
   /** One FC03 read for the gateway's read-back: fence + live readings (0x0010..0x0024). */
   READBACK_START: 0x0010,
   READBACK_COUNT: 0x0025 - 0x0010,
 
   /** Readable range: 0x0000 .. MAP_END-1; gaps read as 0. */
-  MAP_END: 0x0047,
+  MAP_END: 0x004e,
+  /** Profile 1.0's readable range (it ends with the command block). */
+  MAP_END_1_0: 0x0047,
 } as const;
 
 // ---------------------------------------------------------------------------------------------
@@ -243,6 +254,13 @@ export function encodeCommandBlock(block: CommandBlock): number[] {
   checkUint("token", block.token, MAX_TOKEN, 1);
   checkUint("seq", block.seq, MAX_SEQ);
   return [...u64ToWords(BigInt(block.token)), ...u32ToWords(block.seq), positionToRaw(block.setpoints.position)];
+}
+
+/** The 6 registers of a fence raise (profile 1.1), to be written with ONE FC16 at FENCED.FENCE_RAISE_START. */
+export function encodeFenceRaise(token: number, seq: number): number[] {
+  checkUint("token", token, MAX_TOKEN, 1);
+  checkUint("seq", seq, MAX_SEQ);
+  return [...u64ToWords(BigInt(token)), ...u32ToWords(seq)];
 }
 
 /** The command block's registers → its fields. The token as bigint (the device's view). */

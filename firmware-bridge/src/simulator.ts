@@ -10,7 +10,7 @@ import { SerialPort } from "serialport";
 import * as z from "zod";
 import { MemoryEeprom } from "./device.ts";
 import type { DeviceConfig, DeviceSnapshot, Eeprom, Profile } from "./device.ts";
-import { POSITION_SCALE, positionToRaw } from "./profile.ts";
+import { POSITION_SCALE, PROFILE_VERSION_1_0, positionToRaw } from "./profile.ts";
 import { RtuFramer, charsMs, t35Ms, withCrc } from "./rtu.ts";
 import { Station } from "./station.ts";
 import type { Reply, StationCounters } from "./station.ts";
@@ -38,6 +38,8 @@ export interface SimulatorOptions {
   /** Unit ids 1..247 answered on this bus; default [1]. */
   readonly units?: readonly number[];
   readonly profile?: Profile;
+  /** The fenced profile version to implement; default 1.1 (1.0 has no FENCE_RAISE block). */
+  readonly profileVersion?: "1.0" | "1.1";
   /** The EEPROM file (all units in one JSON file). Without it the EEPROM lives in RAM. */
   readonly stateFile?: string;
   /** Saves are not durable until sync(); a power cycle loses them (test mode). */
@@ -153,6 +155,7 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
     watchdogMs,
     safePositionRaw: positionToRaw(options.safePosition ?? 0),
     rateRawPerS: Math.round((options.rate ?? 20) * POSITION_SCALE),
+    ...(options.profileVersion === "1.0" ? { profileVersion: PROFILE_VERSION_1_0 } : {}),
   }));
   const fileEeprom = options.stateFile ? new FileEeprom(options.stateFile, options.loseUnsynced ?? false) : undefined;
   const eeprom: Eeprom = fileEeprom ?? new MemoryEeprom();

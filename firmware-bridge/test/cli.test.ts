@@ -9,6 +9,7 @@ describe("fencegate sim arguments", () => {
       serial: { path: "/dev/ttyX", baud: 115200, parity: "even", stopBits: 1 },
       units: [1],
       profile: "fenced",
+      profileVersion: "1.1",
       stateFile: "s.json",
       watchdogMs: 0,
       lineRate: false,
@@ -19,12 +20,13 @@ describe("fencegate sim arguments", () => {
   it("parses the TCP form with several units and every option", () => {
     const o = parseSimArgs([
       "--tcp", "127.0.0.1:1502", "--unit", "1,2,3", "--profile", "plain", "--watchdog-ms", "500", "--safe-position", "12.5",
-      "--rate", "5", "--line-rate", "--lose-unsynced", "--control", "/tmp/c.sock", "--parity", "none", "--stop-bits", "2",
+      "--rate", "5", "--line-rate", "--lose-unsynced", "--control", "/tmp/c.sock", "--parity", "none", "--stop-bits", "2", "--profile-version", "1.0",
     ]);
     expect(o).toMatchObject({
       tcp: { host: "127.0.0.1", port: 1502 },
       units: [1, 2, 3],
       profile: "plain",
+      profileVersion: "1.0",
       watchdogMs: 500,
       safePosition: 12.5,
       rate: 5,
@@ -39,6 +41,7 @@ describe("fencegate sim arguments", () => {
     expect(() => parseSimArgs(["--serial", "a", "--tcp", "h:1"])).toThrow(/exactly one/);
     expect(() => parseSimArgs(["--serial", "a", "--baud", "fast"])).toThrow(/not a number/);
     expect(() => parseSimArgs(["--serial", "a", "--profile", "x"])).toThrow(/fenced or plain/);
+    expect(() => parseSimArgs(["--serial", "a", "--profile-version", "2.0"])).toThrow(/1.0 or 1.1/);
     expect(() => parseSimArgs(["--serial", "a", "--bogus"])).toThrow();
   });
 

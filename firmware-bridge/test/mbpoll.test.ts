@@ -63,7 +63,7 @@ describe("mbpoll over RTU on a pty", () => {
   it("reads the identity registers", async () => {
     const r = await mbpoll(rtu("-t", "4", "-r", "0", "-c", "8", pty.master));
     expect(r.code).toBe(0);
-    expect(registers(r.stdout)).toEqual(expectRegs(0, [PROFILE_MAGIC, 1, 0x0100, 1, 0x0100, 0x4647, 1, 1]));
+    expect(registers(r.stdout)).toEqual(expectRegs(0, [PROFILE_MAGIC, 1, 0x0101, 1, 0x0100, 0x4647, 1, 1]));
   });
 
   it("writes a command block and reads the fence and readings back", async () => {

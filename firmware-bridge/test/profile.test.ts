@@ -17,7 +17,9 @@ import {
   decodePlainReadings,
   decodeReadback,
   encodeCommandBlock,
+  encodeFenceRaise,
   encodePlainSetpoint,
+  PROFILE_VERSION_1_0,
 } from "../src/profile.ts";
 
 const config = (over: Partial<DeviceConfig> = {}): DeviceConfig => ({
@@ -79,7 +81,7 @@ describe("fenced profile: accept, refuse, duplicate", () => {
   it("starts unfenced and shows its identity", () => {
     const d = fenced();
     const id = decodeIdentity(d.read(FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT));
-    expect(id).toMatchObject({ magic: PROFILE_MAGIC, profileId: 1, profileVersion: 0x0100, setpointCount: 1 });
+    expect(id).toMatchObject({ magic: PROFILE_MAGIC, profileId: 1, profileVersion: 0x0101, setpointCount: 1 });
     expect(d.fence()).toEqual({ token: 0, seq: 0, lastRefusalReason: REFUSAL.NONE, refusalCount: 0 });
   });
 
@@ -170,6 +172,86 @@ describe("fenced profile: accept, refuse, duplicate", () => {
         }
       }),
     );
+  });
+});
+
+describe("fenced profile 1.1: FENCE_RAISE", () => {
+  const raise = (d: ReturnType<typeof fenced>, token: number, seq: number, now = 0) => d.device.write(FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), 16, now);
+
+  it("raises the fence to a greater (token, seq) without moving: target, setpoint and applied count stay", () => {
+    const d = fenced();
+    d.send(5, 3, 42);
+    expect(raise(d, 9, 0, 10)).toBeUndefined();
+    expect(d.fence()).toMatchObject({ token: 9, seq: 0 });
+    const snap = d.device.snapshot(10);
+    expect(snap.targetPosition).toBe(42);
+    expect(snap.appliedCount).toBe(1);
+    expect(snap.applied).toHaveLength(1);
+    expect(snap.raises).toEqual([{ token: 9, tokenText: "9", seq: 0, at: 10 }]);
+    // Committed like a command block that carried the stored setpoint.
+    expect(d.eeprom.data.get(1)).toMatchObject({ token: "9", seq: 0, target: 4200 });
+    expect(decodeCommandBlock(d.read(FENCED.COMMAND_START, FENCED.COMMAND_COUNT))).toEqual({ token: 9, seq: 0, setpoints: { position: 42 } });
+  });
+
+  it("from then on refuses the older token's writes with 0x46, and takes the newer token's", () => {
+    const d = fenced();
+    d.send(5, 3, 42);
+    raise(d, 9, 0);
+    expect(d.send(5, 4, 77)).toEqual({ exception: FENCE_REFUSED_EXCEPTION });
+    expect(d.fence()).toMatchObject({ token: 9, lastRefusalReason: REFUSAL.STALE_TOKEN });
+    expect(d.send(10, 0, 77)).toBeUndefined();
+    expect(d.device.snapshot(0).targetPosition).toBe(77);
+  });
+
+  it("acknowledges an exact repeat, refuses a stale or conflicting raise with 0x46, token 0 with 0x03, a partial one with 0x02", () => {
+    const d = fenced();
+    d.send(5, 3, 42);
+    raise(d, 9, 0);
+    expect(raise(d, 9, 0)).toBeUndefined();
+    expect(d.device.snapshot(0).raises).toHaveLength(1);
+    expect(raise(d, 8, 5)).toEqual({ exception: FENCE_REFUSED_EXCEPTION });
+    expect(d.fence().lastRefusalReason).toBe(REFUSAL.STALE_TOKEN);
+    expect(d.send(9, 0, 50)).toEqual({ exception: FENCE_REFUSED_EXCEPTION }); // (9, 0) with another setpoint
+    expect(d.fence().lastRefusalReason).toBe(REFUSAL.CONFLICT);
+    expect(d.device.write(FENCED.FENCE_RAISE_START, [0, 0, 0, 0, 0, 1], 16, 0)).toEqual({ exception: EXCEPTION.ILLEGAL_DATA_VALUE });
+    expect(d.device.write(FENCED.FENCE_RAISE_START, [0, 0, 0, 12], 16, 0)).toEqual({ exception: EXCEPTION.ILLEGAL_DATA_ADDRESS });
+    expect(d.fence()).toMatchObject({ token: 9, seq: 0, lastRefusalReason: REFUSAL.PARTIAL_BLOCK });
+  });
+
+  it("does not leave safe state: a tripped watchdog keeps the actuator at its safe position", () => {
+    const d = fenced({ watchdogMs: 1000, safePositionRaw: 0 });
+    d.send(5, 3, 42, 0);
+    expect(d.device.snapshot(1500).safeState).toBe(true);
+    expect(raise(d, 9, 0, 1600)).toBeUndefined();
+    const snap = d.device.snapshot(1600);
+    expect(snap.safeState).toBe(true);
+    expect(snap.targetPosition).toBe(0);
+  });
+
+  it("on a never-commanded device carries the stored setpoint, and survives a power cycle", () => {
+    const d = fenced({ safePositionRaw: 1000 });
+    expect(raise(d, 3, 0)).toBeUndefined();
+    d.device.powerCycle(5);
+    expect(d.fence()).toMatchObject({ token: 3, seq: 0 });
+    expect(d.send(3, 0, 10)).toBeUndefined(); // the same block as the raise stored: a repeat
+    expect(d.send(3, 0, 20)).toEqual({ exception: FENCE_REFUSED_EXCEPTION });
+    expect(d.device.snapshot(5).appliedCount).toBe(0);
+  });
+
+  it("refuses a persist failure with 0x04 and keeps the old fence", () => {
+    const d = fenced();
+    d.send(5, 3, 42);
+    d.eeprom.failSaves = true;
+    expect(raise(d, 9, 0)).toEqual({ exception: EXCEPTION.SERVER_DEVICE_FAILURE });
+    expect(d.fence()).toMatchObject({ token: 5, seq: 3, lastRefusalReason: REFUSAL.PERSIST_FAILED });
+  });
+
+  it("a 1.0 device says so in its identity and answers 0x02 to a raise", () => {
+    const d = fenced({ profileVersion: PROFILE_VERSION_1_0 });
+    expect(decodeIdentity(d.read(FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT)).profileVersion).toBe(0x0100);
+    expect(raise(d, 9, 0)).toEqual({ exception: EXCEPTION.ILLEGAL_DATA_ADDRESS });
+    expect(d.device.read(FENCED.FENCE_RAISE_START, 1, 0)).toEqual({ exception: EXCEPTION.ILLEGAL_DATA_ADDRESS });
+    expect(d.fence().token).toBe(0);
   });
 });
 

@@ -65,7 +65,7 @@ const s = () => sim!;
 describe("fenced actuator over a pty, modbus-serial master", () => {
   it("identifies itself as a fenced profile v1.0 device", async () => {
     const id = decodeIdentity((await m().readHoldingRegisters(FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT)).data);
-    expect(id).toMatchObject({ magic: PROFILE_MAGIC, profileId: 1, profileVersion: 0x0100, setpointCount: 1 });
+    expect(id).toMatchObject({ magic: PROFILE_MAGIC, profileId: 1, profileVersion: 0x0101, setpointCount: 1 });
     // FC04 is an alias of the same table
     expect((await m().readInputRegisters(FENCED.MAGIC, 1)).data).toEqual([PROFILE_MAGIC]);
   });

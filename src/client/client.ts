@@ -45,15 +45,17 @@ export interface ActuatorState {
   readonly problem?: string;
 }
 
-export type GatewayStatus = "online" | "offline";
+/** `online` from a gateway on its own; `active` / `standby` from a gateway group's members. */
+export type GatewayStatus = "online" | "offline" | "active" | "standby";
+const GATEWAY_STATUSES: ReadonlySet<string> = new Set<GatewayStatus>(["online", "offline", "active", "standby"]);
 
 /**
  * A retained state as it stands, given its gateway's status: a gateway that is `offline`
- * (stopped, or its last will after a crash) serves no lease and reaches no device, whatever
- * its last retained state said.
+ * (stopped, or its last will after a crash), or a group member that stands by now, serves no
+ * lease and reaches no device, whatever its last retained state said.
  */
 export function withGatewayStatus(state: ActuatorState, status: GatewayStatus | undefined): ActuatorState {
-  return status === "offline" ? { ...state, online: false, lease: null } : state;
+  return status === "offline" || status === "standby" ? { ...state, online: false, lease: null } : state;
 }
 
 export interface ActuatorEvent {
@@ -250,9 +252,9 @@ export class FencegateClient {
   async gatewayStatuses(onChange: (gatewayId: string) => void = () => {}): Promise<{ get(gatewayId: string | undefined): GatewayStatus | undefined; anyOnline(): boolean; stop(): Promise<void> }> {
     const statuses = new Map<string, GatewayStatus>();
     const stop = await this.subscribeText(`${this.base}/gateway/+/status`, (topic, text) => {
-      if (text !== "online" && text !== "offline") return;
+      if (!GATEWAY_STATUSES.has(text)) return;
       const gatewayId = topic.split("/").at(-2)!;
-      statuses.set(gatewayId, text);
+      statuses.set(gatewayId, text as GatewayStatus);
       onChange(gatewayId);
     });
     return { get: (gatewayId) => (gatewayId === undefined ? undefined : statuses.get(gatewayId)), anyOnline: () => [...statuses.values()].includes("online"), stop };

@@ -63,6 +63,10 @@ export function loadConfigText(text: string, options: { readonly file?: string }
     return value;
   };
   const password = secret(["mqtt", "passwordFile"], config.mqtt.passwordFile, "password");
+  need(["group", "tls", "caFile"], config.group?.tls?.caFile);
+  need(["group", "tls", "certFile"], config.group?.tls?.certFile);
+  need(["group", "tls", "keyFile"], config.group?.tls?.keyFile);
+  const groupPassword = secret(["group", "passwordFile"], config.group?.passwordFile, "password");
   const auth = config.metrics.auth;
   // The same lengths as the schema asks of a token or password written in the file itself.
   const httpToken = secret(["metrics", "auth", "tokenFile"], auth?.tokenFile, "token", 16);
@@ -71,6 +75,7 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   return {
     ...config,
     mqtt: password === undefined ? config.mqtt : { ...config.mqtt, password },
+    ...(groupPassword === undefined || config.group === undefined ? {} : { group: { ...config.group, password: groupPassword } }),
     metrics: auth === undefined ? config.metrics : { ...config.metrics, auth: { ...auth, ...(httpToken !== undefined ? { token: httpToken } : {}), ...(httpPassword !== undefined ? { password: httpPassword } : {}) } },
   };
 }

@@ -150,8 +150,19 @@ export function resolvePaths(config: GatewayConfig, baseDir: string): GatewayCon
   const abs = (p: string): string => (isAbsolute(p) ? p : resolve(baseDir, p));
   const opt = (p: string | undefined): string | undefined => (p === undefined ? undefined : abs(p));
   const { tls } = config.mqtt;
+  const group = config.group;
+  const groupTls = group?.tls;
   return {
     ...config,
+    ...(group === undefined
+      ? {}
+      : {
+          group: {
+            ...group,
+            passwordFile: opt(group.passwordFile),
+            tls: groupTls === undefined ? undefined : { ...groupTls, caFile: opt(groupTls.caFile), certFile: opt(groupTls.certFile), keyFile: opt(groupTls.keyFile) },
+          },
+        }),
     mqtt: {
       ...config.mqtt,
       passwordFile: opt(config.mqtt.passwordFile),

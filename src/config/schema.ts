@@ -547,6 +547,87 @@ const shutdown = z.strictObject({
 }).prefault({});
 
 // ---------------------------------------------------------------------------------------
+// Gateway group (hot standby on etcd)
+
+const etcdUrl = z.string().superRefine((raw, ctx) => {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    ctx.addIssue({ code: "custom", message: `"${raw}" is not a URL; write it as https://host:2379 (or http:// on a trusted isolated network).` });
+    return;
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    ctx.addIssue({ code: "custom", message: `Must start with https:// or http://, e.g. https://${raw.replace(/^[a-z]+:\/\//, "")}; etcd's client port speaks HTTP.` });
+    return;
+  }
+  if (url.hostname === "") ctx.addIssue({ code: "custom", message: "Must name the etcd member's host, e.g. https://etcd-1.local:2379." });
+  if (url.username !== "" || url.password !== "") ctx.addIssue({ code: "custom", message: "Must not contain credentials; use group.username and group.password or group.passwordFile." });
+  if ((url.pathname !== "" && url.pathname !== "/") || url.search !== "" || url.hash !== "") ctx.addIssue({ code: "custom", message: "Must be only scheme, host and port, e.g. https://etcd-1.local:2379." });
+});
+
+/**
+ * Off when absent: a single gateway needs no etcd. With it, two or more gateways with the
+ * same actuators form a group: one is active, the others stand by (docs/gateway-group.md).
+ */
+const group = z.strictObject({
+  /** Names the group's keys in etcd (`/fencegate/<name>/...`): the same on every gateway of the group. */
+  name: id("group name"),
+  /** Every etcd member's client URL; three members (two gateways and a witness) survive the loss of one. */
+  endpoints: z.array(etcdUrl).min(1, { error: "Give at least one etcd endpoint (three members: two gateways and a witness)." }).max(9),
+  tls: tls.optional(),
+  username: text("etcd user name", 256).optional(),
+  password: text("etcd password", 1024).optional(),
+  /** A file holding only the password; relative to the configuration file's directory. */
+  passwordFile: text("path of the etcd password file").optional(),
+  /** Allow a password over plain http://. Only for a trusted, isolated network. */
+  allowCleartextCredentials: z.boolean().default(false),
+  /** The etcd lease behind the leader key, in whole seconds: failover takes about this long. */
+  leaseTtlMs: ms(2000, 60_000).refine((n) => n % 1000 === 0, { error: "Must be whole seconds (a multiple of 1000): etcd leases count in seconds." }).default(5000),
+  /** The active gateway stops all device I/O this long before its etcd lease can have expired. */
+  selfFenceMarginMs: ms(100, 30_000).default(1000),
+  /** One etcd request, over every endpoint it tries. */
+  requestTimeoutMs: ms(100, 10_000).default(1000),
+  /**
+   * Plain (unfenced) devices in a group are protected only by the deposed gateway's
+   * self-fencing, which rests on timing; they are refused unless this says the operator accepts it.
+   */
+  acceptPlainDevices: z.boolean().default(false),
+}).superRefine((g, ctx) => {
+  if (g.password !== undefined && g.passwordFile !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+  }
+  const hasPassword = g.password !== undefined || g.passwordFile !== undefined;
+  if (hasPassword && g.username === undefined) {
+    ctx.addIssue({ code: "custom", path: ["username"], message: "etcd authentication needs a user name with the password; add username." });
+  }
+  if (g.username !== undefined && !hasPassword) {
+    ctx.addIssue({ code: "custom", path: ["password"], message: "etcd authentication needs a password with the user name; add password or passwordFile." });
+  }
+  const endpoints = Array.isArray(g.endpoints) ? g.endpoints.filter((e): e is string => typeof e === "string") : [];
+  const schemes = new Set(endpoints.map((e) => e.split(":", 1)[0]?.toLowerCase()).filter((scheme) => scheme === "http" || scheme === "https"));
+  if (schemes.size > 1) {
+    ctx.addIssue({ code: "custom", path: ["endpoints"], message: "Use one scheme for every endpoint: all https:// or all http://." });
+  }
+  if (schemes.has("http") && (hasPassword || g.username !== undefined) && g.allowCleartextCredentials !== true) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["endpoints"],
+      message: "The etcd password would cross the network unencrypted over http://; use https:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
+    });
+  }
+  if (schemes.has("http") && g.tls !== undefined) {
+    ctx.addIssue({ code: "custom", path: ["tls"], message: "TLS settings have no effect with http:// endpoints; use https:// or remove tls." });
+  }
+  if (finite(g.leaseTtlMs) && finite(g.selfFenceMarginMs) && g.selfFenceMarginMs * 2 > g.leaseTtlMs) {
+    ctx.addIssue({ code: "custom", path: ["selfFenceMarginMs"], message: `Must be at most half of leaseTtlMs (${g.leaseTtlMs}): after each renewal the active gateway may drive devices for leaseTtlMs - selfFenceMarginMs, and renewals come every third of the TTL.` });
+  }
+  if (finite(g.leaseTtlMs) && finite(g.requestTimeoutMs) && g.requestTimeoutMs * 3 > g.leaseTtlMs) {
+    ctx.addIssue({ code: "custom", path: ["requestTimeoutMs"], message: `Must be at most a third of leaseTtlMs (${g.leaseTtlMs}), so a renewal that hangs leaves time for another before the lease runs out.` });
+  }
+}, ALWAYS);
+
+// ---------------------------------------------------------------------------------------
 // The whole file
 
 export const gatewayConfigSchema = z.strictObject({
@@ -561,8 +642,10 @@ export const gatewayConfigSchema = z.strictObject({
   logging,
   metrics,
   shutdown,
+  group: group.optional(),
 })
   .superRefine(checkReferences, ALWAYS)
+  .superRefine(checkGroupDevices, ALWAYS)
   .transform((c) => ({
     ...c,
     mqtt: { ...c.mqtt, clientId: c.mqtt.clientId ?? `fencegate-${c.gatewayId}` },
@@ -660,6 +743,20 @@ function checkReferences(root: unknown, ctx: Ctx): void {
   });
 }
 
+/** In a group, plain devices only with the operator's explicit acceptance. */
+function checkGroupDevices(root: unknown, ctx: Ctx): void {
+  if (!isRecord(root) || !isRecord(root.group) || root.group.acceptPlainDevices === true || !Array.isArray(root.actuators)) return;
+  root.actuators.forEach((a: unknown, i: number) => {
+    if (!isRecord(a) || a.profile !== "plain") return;
+    ctx.addIssue({
+      code: "custom",
+      path: ["actuators", i, "profile"],
+      message:
+        "A plain device in a gateway group is protected only by the deposed gateway's self-fencing, which rests on timing (a paused gateway could write once more after the takeover); use a fenced device, or set group.acceptPlainDevices: true if you accept that.",
+    });
+  });
+}
+
 /** The configuration as parsed, with every default applied. */
 export type GatewayConfig = z.output<typeof gatewayConfigSchema>;
 export type MqttConfig = GatewayConfig["mqtt"];
@@ -668,3 +765,4 @@ export type RtuBusConfig = Extract<BusConfig, { type: "rtu" }>;
 export type TcpBusConfig = Extract<BusConfig, { type: "tcp" }>;
 export type ActuatorEntry = GatewayConfig["actuators"][number];
 export type ExpiryConfig = ActuatorEntry["expiry"];
+export type GroupConfig = NonNullable<GatewayConfig["group"]>;

@@ -146,6 +146,15 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
     case "deviceFence":
       observeDeviceFence(s, { token: input.token, seq: input.seq });
       break;
+    case "takeover":
+      takeover(s, input.floor);
+      break;
+    case "stepDown":
+      stepDown(s);
+      break;
+    case "grantFailed":
+      grantFailed(s, input.token);
+      break;
   }
   pump(s);
   return s.result();
@@ -548,6 +557,55 @@ function observeDeviceFence(s: Step, device: Fence): void {
   if (lease !== null && lease.token < highestGranted) endLease(s, lease, { code: "STALE_TOKEN" });
   // The device refuses the owed safe write's token now: it is owed under a token above the device's.
   else if (safeWrite !== null && safeWrite.token < highestGranted) oweSafeWrite(s);
+}
+
+// ---------------------------------------------------------------------------------------
+// Gateway group
+
+/**
+ * Takeover: whatever lease this gateway knew ends (a takeover is uncertainty, like a
+ * restart), and the gateway grants itself a token above the group's and the device's
+ * (`floor`) and its own journal's. The grant raises the fence like any other, so nothing
+ * queued under an older token is sent; the shell writes the token to the device. With
+ * policy "safe" the safe write is owed, as after a restart: the new gateway cannot know
+ * whether a lease of the old one was live.
+ */
+function takeover(s: Step, floor: number): void {
+  if (floor > s.state.highestGranted) s.set({ highestGranted: Math.min(floor, MAX_TOKEN), lastGrantHolder: null });
+  const { lease } = s.state;
+  if (lease !== null) {
+    s.set({ lease: null });
+    s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "STALE_TOKEN" } });
+  }
+  const token = grantToken(s, GATEWAY_HOLDER);
+  if (token === null) return;
+  s.set({ safeWrite: null });
+  s.emit({ kind: "event", event: { type: "granted", holder: GATEWAY_HOLDER, token } });
+  s.emit({ kind: "stateChanged" });
+  oweSafeWrite(s);
+}
+
+/**
+ * No longer the active gateway: leases end, nothing queued is sent, and nothing is owed any
+ * more (the safe write is the active gateway's business now).
+ */
+function stepDown(s: Step): void {
+  const { lease } = s.state;
+  if (lease !== null) s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "DEVICE_UNAVAILABLE" } });
+  for (const cmd of s.state.queue) {
+    s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "This gateway is no longer the group's active gateway; the command was not sent. Send it to the active one."), cmd);
+  }
+  s.set({ lease: null, queue: [], online: false, safeWrite: null });
+  s.emit({ kind: "stateChanged" });
+}
+
+/** A lease whose grant the group never confirmed ends; nothing moved under it, so no safe write is owed for it. */
+function grantFailed(s: Step, token: number): void {
+  const { lease } = s.state;
+  if (lease?.token !== token) return;
+  s.set({ lease: null });
+  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token, code: "GROUP_UNAVAILABLE" } });
+  s.emit({ kind: "stateChanged" });
 }
 
 /**

@@ -24,6 +24,8 @@ export const ERROR_CODES = [
   "STALE_SEQ",
   "DEADLINE_EXCEEDED",
   "OVERLOADED",
+  // Extension (gateway groups): the group's etcd could not confirm a grant; nothing was granted.
+  "GROUP_UNAVAILABLE",
   "DEVICE_UNAVAILABLE",
   "DEVICE_REJECTED",
   "DEVICE_ERROR",

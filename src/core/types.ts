@@ -235,7 +235,17 @@ export type Input =
   /** The gateway is stopping: the live lease ends now. */
   | (Timed & { readonly type: "shutdown" })
   | (Timed & { readonly type: "link"; readonly online: boolean })
-  | (Timed & { readonly type: "deviceFence"; readonly token: number; readonly seq: number | null });
+  | (Timed & { readonly type: "deviceFence"; readonly token: number; readonly seq: number | null })
+  /**
+   * Gateway group: this gateway takes the actuator over. Every lease ends; the gateway takes a
+   * token of its own above `floor` (the group's counter and the device's fence) and above
+   * everything it knows, which the shell then writes to the device as a fence raise.
+   */
+  | (Timed & { readonly type: "takeover"; readonly floor: number })
+  /** Gateway group: this gateway is no longer active. Every lease ends; nothing queued is sent. */
+  | (Timed & { readonly type: "stepDown" })
+  /** Gateway group: the grant of `token` could not be made durable in the group; its lease, if live, ends. */
+  | (Timed & { readonly type: "grantFailed"; readonly token: number });
 
 export interface StepResult {
   readonly state: ActuatorState;

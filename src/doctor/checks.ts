@@ -14,6 +14,7 @@ import path from "node:path";
 import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { pino } from "pino";
 import { SerialPort } from "serialport";
+import { etcdClientFor, leaderKeyOf, leaderOf } from "../adapters/etcd/member.ts";
 import { markPath } from "../adapters/journal/mark.ts";
 import { lockPath, openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { ModbusBus, busLink } from "../adapters/modbus/bus.ts";
@@ -24,7 +25,7 @@ import { identityOf, probeGateways } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
-import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig, type MqttConfig, type RtuBusConfig, type TcpBusConfig } from "../config/schema.ts";
+import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig, type GroupConfig, type MqttConfig, type RtuBusConfig, type TcpBusConfig } from "../config/schema.ts";
 import { PACKAGE_ROOT } from "../package-root.ts";
 import { DeviceMismatchError, JournalError } from "../shell/ports.ts";
 
@@ -71,6 +72,7 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   findings.push(...(await checkFencedDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
   findings.push(await checkGatewayId(config));
+  if (config.group !== undefined) findings.push(await checkGroup(config.group));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
   findings.push(...checkJournalFile(config));
   return findings;
@@ -528,6 +530,25 @@ export function explainBrokerError(err: unknown, mqtt: MqttConfig): { message: s
     return { message: `${where} closed the connection before accepting it (${String(code)}).`, fix: "The port may speak TLS (use mqtts://) or require a client certificate; see the broker's log." };
   }
   return { message: `The broker connection failed: ${text}${code === undefined ? "" : ` (${String(code)})`}.`, fix: "See the broker's log for why it refused the connection." };
+}
+
+/** A gateway group's etcd: reachable with the configured TLS and user, and who leads the group now. Reads only. */
+export async function checkGroup(group: GroupConfig): Promise<Finding> {
+  const check = "group etcd";
+  const client = etcdClientFor(group);
+  try {
+    const leader = leaderOf(await client.get(leaderKeyOf(group.name)));
+    return { check, status: "ok", message: `etcd answers at ${group.endpoints.join(", ")}; group ${group.name} is ${leader === "nobody" ? "led by nobody yet" : `led by ${leader}`}.` };
+  } catch (err) {
+    return {
+      check,
+      status: "fail",
+      message: `etcd does not answer the gateway: ${err instanceof Error ? err.message : String(err)}.`,
+      fix: "Check group.endpoints, that the members run and have a quorum (etcdctl endpoint health --cluster), and group.tls, username and password.",
+    };
+  } finally {
+    client.close();
+  }
 }
 
 export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<Finding[]> {

@@ -14,11 +14,11 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
-import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import { EMPTY_SNAPSHOT, GATEWAY_HOLDER, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
 import { verify } from "../core/signature.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter } from "./group-commit.ts";
-import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
+import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type GrantCommit, type GroupPort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
@@ -64,6 +64,11 @@ export interface GatewayDeps {
   readonly onDurable?: (entries: readonly JournalEntry[]) => void;
   /** The core's transition function; only the simulator's checker tests replace it (with a broken rule). */
   readonly step?: typeof step;
+  /**
+   * The gateway group this gateway belongs to, if any: a grant is durable only once the group
+   * has it too, and a device refusing a write (0x46) means another gateway leads.
+   */
+  readonly group?: GroupPort;
 }
 
 function badMacMessage(mac: string | null | undefined): string {
@@ -95,9 +100,16 @@ class ActuatorRuntime {
    * `token` (in memory: every lease ends at restart). A request at or below it is a replay.
    */
   signedCounter: { readonly token: number; readonly counter: number } | null = null;
+  /** Gateway group: taken over in this term (the group's token and the device's fence raised). */
+  secured = false;
+  private securing: Promise<boolean> | null = null;
+  /** Gateway group: the highest token the group confirmed for this actuator. */
+  private groupCommitted = 0;
   private chain: Promise<void> = Promise.resolve();
   private cancelWake: (() => void) | null = null;
   private cancelPoll: (() => void) | null = null;
+  /** Bumped when polling starts or stops, so a poll still in flight does not re-arm an old loop. */
+  private pollEpoch = 0;
   private polling: Promise<boolean> | null = null;
   /** When the pending read-back is due, and its timer (armed at most once at a time). */
   private readBackAtMs = 0;
@@ -152,7 +164,11 @@ class ActuatorRuntime {
             const next = effects[++i] as Extract<Effect, { kind: "persist" }>;
             entries.push({ actuator: this.id, record: next.record });
           }
-          await this.gw.committer.persist(entries);
+          const failure = await this.makeDurable(entries);
+          if (failure !== null) {
+            this.abandon(effects.slice(i + 1), failure);
+            return;
+          }
           break;
         }
         case "deviceWrite":
@@ -174,17 +190,68 @@ class ActuatorRuntime {
     if (stateChanged) this.publishState();
   }
 
+  /**
+   * A step's records, durable: in the journal and, for a grant in a gateway group, in the
+   * group too (etcd, checked against leadership), both before anything after them. Returns
+   * the grant the group did not confirm, or null.
+   */
+  private async makeDurable(entries: JournalEntry[]): Promise<{ token: number; commit: Extract<GrantCommit, { ok: false }> } | null> {
+    const group = this.gw.deps.group;
+    // The group keeps the highest token granted: committing the step's highest covers the
+    // others (a takeover and the safe write it owes grant two), and two commits of one
+    // actuator in flight at once could overtake each other.
+    const token = group === undefined ? 0 : Math.max(0, ...entries.map((e) => (e.record.type === "granted" ? e.record.token : 0)));
+    const journal = this.gw.committer.persist(entries);
+    if (token === 0) {
+      await journal;
+      return null;
+    }
+    const [, commit] = await Promise.all([journal, group!.commitGrant(this.id, token)]);
+    if (!commit.ok) return { token, commit };
+    this.groupCommitted = Math.max(this.groupCommitted, token);
+    return null;
+  }
+
+  /**
+   * After a grant the group could not confirm, nothing later in that step may be shown as if
+   * it had been: a success reply becomes GROUP_UNAVAILABLE, a device write is not sent (and
+   * reported so to the core), events and the state wait for the core's correction. Refusals
+   * pass (they claim nothing). The core is told, and ends the lease.
+   */
+  private abandon(rest: readonly Effect[], failure: { token: number; commit: Extract<GrantCommit, { ok: false }> }): void {
+    const { outbox, log } = this.gw.deps;
+    const { token, commit } = failure;
+    log.warn({ actuator: this.id, token, stale: commit.stale, reason: commit.message }, "grant not confirmed by the gateway group; nothing granted");
+    for (const effect of rest) {
+      if (effect.kind === "reply" && effect.ref !== null) {
+        outbox.reply(effect.ref, effect.reply.ok ? { ok: false, error: { code: "GROUP_UNAVAILABLE", message: `The gateway group could not confirm the grant (${commit.message}); nothing was granted. Retry shortly.` } } : effect.reply);
+      } else if (effect.kind === "deviceWrite") {
+        const outcome = { kind: "failed", code: "DEVICE_UNAVAILABLE", message: "The command was not sent: the gateway group could not confirm the token it needed." } as const;
+        this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: effect.token, seq: effect.seq, outcome }));
+      }
+    }
+    this.gw.now((nowMs) => this.dispatch({ type: "grantFailed", nowMs, token }));
+    if (commit.stale) this.gw.deps.group?.stale(`${this.id}: ${commit.message}`);
+  }
+
   private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
     const { device } = this.binding;
     device
       .write(cmd)
       .then(async (outcome) => {
         if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED" && this.binding.fenced) {
-          // The device's own fence is ahead of ours: learn it before the refusal is answered,
-          // so no lease granted after the controller hears of it is at or below the device's
-          // token. Until it has been read, no lease is granted at all.
-          this.fenceKnown = false;
-          await this.readDeviceFence();
+          const group = this.gw.deps.group;
+          if (group !== undefined) {
+            // In a group a newer token at the device means another gateway took over: this
+            // one is stale and steps down (no more frames) before the refusal is answered.
+            group.stale(`the device of ${this.id} refused token ${cmd.token} (0x46): another gateway has raised its fence`);
+          } else {
+            // The device's own fence is ahead of ours: learn it before the refusal is answered,
+            // so no lease granted after the controller hears of it is at or below the device's
+            // token. Until it has been read, no lease is granted at all.
+            this.fenceKnown = false;
+            await this.readDeviceFence();
+          }
         }
         this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
         if (outcome.kind === "applied") {
@@ -213,7 +280,7 @@ class ActuatorRuntime {
     this.link = { online, reason };
     this.updateOnline();
     if (online) {
-      void this.readDeviceFence();
+      void this.learnFence();
       void this.poll();
     }
   }
@@ -249,6 +316,70 @@ class ActuatorRuntime {
     this.updateOnline();
   }
 
+  /** Alone: read the device's fence. In a group, while active: take the actuator over (once per term). */
+  private learnFence(): Promise<unknown> {
+    if (this.gw.deps.group === undefined) return this.readDeviceFence();
+    return this.gw.serving && !this.secured ? this.secure() : Promise.resolve();
+  }
+
+  /**
+   * Gateway group takeover of this actuator, before any lease is granted: read the device's
+   * fence, take a token of the gateway's own above it, the group's counter and the journal
+   * (durable in the journal and, through the leadership-checked transaction, in etcd), then
+   * raise the device's fence to it. From then on the device refuses every write of the
+   * deposed gateway. Until this succeeds, acquires are refused (DEVICE_UNAVAILABLE).
+   */
+  secure(): Promise<boolean> {
+    this.securing ??= this.secureOnce().finally(() => {
+      this.securing = null;
+    });
+    return this.securing;
+  }
+
+  private async secureOnce(): Promise<boolean> {
+    const group = this.gw.deps.group!;
+    const { log } = this.gw.deps;
+    const { device, fenced } = this.binding;
+    try {
+      const deviceFence = fenced ? await device.readFence() : null;
+      const groupToken = await group.readToken(this.id);
+      if (this.closed || !this.gw.serving) return false;
+      this.gw.now((nowMs) => this.dispatch({ type: "takeover", nowMs, floor: Math.max(deviceFence?.token ?? 0, groupToken) }));
+      const token = this.state.highestGranted;
+      await this.settled();
+      if (this.groupCommitted < token || this.state.fence.token !== token) return false; // not confirmed: said and logged already
+      if (fenced) {
+        if (device.raiseFence === undefined) throw new Error("this device adapter cannot raise a fence");
+        const raised = await device.raiseFence(token);
+        if (raised.kind === "refused") group.stale(`${this.id}: ${raised.message}`);
+        if (raised.kind !== "raised") {
+          log.warn({ actuator: this.id, token, result: raised.kind, reason: raised.message }, "could not raise the device's fence; no lease is granted until it is raised");
+          return false;
+        }
+      }
+      this.fenceKnown = true;
+      this.secured = true;
+      log.info({ actuator: this.id, token, deviceToken: deviceFence?.token ?? null, groupToken, holder: GATEWAY_HOLDER }, fenced ? "device fence raised" : "actuator taken over");
+      return true;
+    } catch (err) {
+      log.warn({ actuator: this.id, err: String(err) }, "could not take the actuator over yet; leases stay unavailable until it is");
+      return false;
+    }
+  }
+
+  /** Gateway group: no longer active. Leases end, polls stop, the next term takes over afresh. */
+  standDown(): void {
+    this.secured = false;
+    this.fenceKnown = !this.binding.fenced;
+    this.link = { online: false, reason: "This gateway stands by in its group: the active gateway drives the device." };
+    this.pollEpoch++;
+    this.cancelPoll?.();
+    this.cancelPoll = null;
+    this.cancelReadBack?.();
+    this.cancelReadBack = null;
+    this.gw.now((nowMs) => this.dispatch({ type: "stepDown", nowMs }));
+  }
+
   /** Reads the live points; concurrent callers share the read in progress. */
   poll(): Promise<boolean> {
     if (this.closed) return Promise.resolve(false);
@@ -261,7 +392,7 @@ class ActuatorRuntime {
         this.badPolls = { count: 0, reason: "" };
         this.pointsReadAtMs = this.gw.deps.clock.monotonicMs();
         this.updateOnline();
-        if (!this.fenceKnown) void this.readDeviceFence(); // an earlier read failed: retry
+        if (!this.fenceKnown || (this.gw.deps.group !== undefined && !this.secured)) void this.learnFence(); // an earlier attempt failed: retry
         return true;
       })
       .catch((err: unknown) => {
@@ -306,10 +437,11 @@ class ActuatorRuntime {
   }
 
   startPolling(): void {
+    const epoch = ++this.pollEpoch;
     const loop = () => {
-      if (this.closed) return;
+      if (this.closed || epoch !== this.pollEpoch) return;
       void this.poll().finally(() => {
-        if (!this.closed) this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
+        if (!this.closed && epoch === this.pollEpoch) this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
       });
     };
     loop();
@@ -388,6 +520,8 @@ export class Gateway {
   private readonly runtimes = new Map<string, ActuatorRuntime>();
   private nextRef = 1;
   private accepting = true;
+  /** Alone: always. In a gateway group: while this gateway is the active one. */
+  serving: boolean;
   private fatalError: unknown = null;
 
   constructor(
@@ -395,6 +529,7 @@ export class Gateway {
     snapshots: ReadonlyMap<string, DurableSnapshot>,
   ) {
     this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, { gatherMaxMs: deps.gatherMaxMs ?? 0, onDurable: deps.onDurable });
+    this.serving = deps.group === undefined;
     for (const binding of deps.actuators) {
       this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
     }
@@ -409,6 +544,31 @@ export class Gateway {
       this.now((nowMs) => rt.dispatch({ type: "restart", nowMs }));
       rt.startPolling();
     }
+  }
+
+  /**
+   * Gateway group: this gateway became active. Every actuator is taken over (device fences
+   * raised to a token above everything before) before any lease is granted; then polling
+   * starts. Resolves when each actuator has been tried; one that could not be (its device
+   * unreachable) is tried again on its next poll or when its link comes up.
+   */
+  async takeOver(): Promise<void> {
+    this.serving = true;
+    const runtimes = [...this.runtimes.values()];
+    await Promise.all(runtimes.map((rt) => rt.secure()));
+    if (!this.serving) return;
+    for (const rt of runtimes) rt.startPolling();
+  }
+
+  /** Gateway group: no longer active (device I/O has already stopped). Leases end; nothing more is sent. */
+  standDown(): void {
+    this.serving = false;
+    for (const rt of this.runtimes.values()) rt.standDown();
+  }
+
+  /** Gateway group: every actuator taken over in this term. */
+  allSecured(): boolean {
+    return [...this.runtimes.values()].every((rt) => rt.secured);
   }
 
   has(actuator: string): boolean {
@@ -445,6 +605,12 @@ export class Gateway {
         void rt.readNow().then((state) => outbox.reply(ref, { ok: true, state }));
         return;
       case "lease/acquire": {
+        if (this.deps.group !== undefined && !rt.secured) {
+          const { problem } = rt;
+          const message = `This gateway has not yet taken the actuator over (the device's fence raised to a token of the group); no lease is granted until it has${problem === null ? "." : `: ${problem}${problem.endsWith(".") ? "" : "."}`}`;
+          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message } });
+          return;
+        }
         if (!rt.fenceKnown) {
           const { problem } = rt;
           const message =

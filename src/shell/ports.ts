@@ -86,6 +86,38 @@ export interface DevicePort {
   read(): Promise<PointValues>;
   /** The fence the device itself stores (fenced profile), or null for a plain device. Rejects like {@link read}. */
   readFence(): Promise<Fence | null>;
+  /**
+   * Fenced profile 1.1: raises the device's own fence to `token` without moving anything.
+   * Only a gateway group's takeover needs it; adapters that never run in a group leave it out.
+   */
+  raiseFence?(token: number): Promise<FenceRaise>;
+}
+
+/**
+ * How a fence raise ended. `refused`: the device holds a newer token already (0x46), so
+ * another gateway took over; `unsupported`: a device without the raise (profile 1.0, or
+ * plain); `failed`: not confirmed (link down, timeout, another exception).
+ */
+export type FenceRaise =
+  | { readonly kind: "raised" }
+  | { readonly kind: "refused" | "unsupported" | "failed"; readonly message: string };
+
+/** Whether a granted token is durable in the gateway group (etcd), checked against leadership. */
+export type GrantCommit = { readonly ok: true } | { readonly ok: false; readonly stale: boolean; readonly message: string };
+
+/**
+ * The gateway group as the shell sees it (a gateway on its own has none). `stale` in a
+ * failed commit means another gateway leads: this one must step down.
+ */
+export interface GroupPort {
+  /** Commits `token` as the group's highest for `actuator`, only while this gateway leads. */
+  commitGrant(actuator: string, token: number): Promise<GrantCommit>;
+  /** The group's highest granted token for `actuator` (0: none yet). */
+  readToken(actuator: string): Promise<number>;
+  /** Whether a frame may be sent to a device now: checked before every one. */
+  mayDriveDevices(): boolean;
+  /** A device or etcd showed that another gateway leads. */
+  stale(reason: string): void;
 }
 
 /** Time as the shell sees it. Decisions use only the monotonic clock. */

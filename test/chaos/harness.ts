@@ -17,53 +17,19 @@
  * simulator life), every controller's log, and the daemon's "journal loaded"/"granted" lines.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, join, resolve } from "node:path";
-import { build } from "esbuild";
-import { stringify } from "yaml";
-import { DIST_MAIN, ENTRY_POINTS } from "../../bin/dist.mjs";
-import { NODE_FLAGS } from "../../bin/node-flags.mjs";
+import { join, resolve } from "node:path";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { sendControl } from "../../firmware-bridge/src/simulator.ts";
+import { bundleCli } from "../support/bundle.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { startSimProcess, type SimProcess } from "../support/sim-process.ts";
 import { check, monoMs, type ControllerEntry, type DaemonLife, type DeviceEntry, type Verdict } from "./history.ts";
 
 const A = "valve-1";
-const ROOT = resolve(import.meta.dirname, "../..");
 const CONTROLLER = resolve(import.meta.dirname, "controller.ts");
-
-/**
- * The CLI (daemon and sim) bundled once per run from the current sources: the daemon is
- * started a hundred times, and through tsx each start costs twice the CPU (seconds on a
- * loaded two-core machine). Inside node_modules so its bare imports resolve.
- */
-async function bundleCli(): Promise<string> {
-  const outdir = join(ROOT, "node_modules/.cache/fencegate-chaos", String(process.pid));
-  // The build's entry points (bin/dist.mjs), as in dist/ ("type": "module" above).
-  await build({
-    entryPoints: ENTRY_POINTS,
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    packages: "external",
-    target: "node20",
-    outdir,
-    logLevel: "warning",
-  });
-  return join(outdir, basename(DIST_MAIN));
-}
-
-/** `fencegate daemon` from the bundle, followed like {@link DaemonProcess.start} follows bin/fencegate.mjs. */
-function spawnDaemon(bin: string, dir: string, config: Record<string, unknown>): DaemonProcess {
-  const file = join(dir, "gateway.yaml");
-  writeFileSync(file, stringify(config));
-  const child = spawn(process.execPath, [...NODE_FLAGS, bin, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
-  // DaemonProcess's constructor is private to keep tests on start(); the log following is what is wanted here.
-  return new (DaemonProcess as unknown as new (child: ChildProcess) => DaemonProcess)(child);
-}
 
 export interface ChaosOptions {
   readonly kills: number;
@@ -95,12 +61,61 @@ export interface ChaosCounts {
   simLives: number;
 }
 
-export interface ChaosResult {
+export interface ChaosResult<Counts extends object = ChaosCounts> {
   readonly seed: number;
   readonly dir: string;
-  readonly counts: ChaosCounts;
+  readonly counts: Counts;
   readonly verdict: Verdict;
   readonly seconds: number;
+}
+
+/** One chaos controller process (test/chaos/controller.ts) and what it logs. */
+export interface ChaosController {
+  readonly child: ChildProcess;
+  readonly exited: Promise<unknown>;
+  paused: boolean;
+  readonly log: string;
+  stderr: string;
+}
+
+/** Starts controller `i` (holder ctl-i, log dir/controller-i.jsonl); again on the same log after a kill. */
+export function spawnController(brokerUrl: string, dir: string, i: number, ttlMs: number): ChaosController {
+  const log = join(dir, `controller-${i}.jsonl`);
+  const child = spawn(process.execPath, ["--import", "tsx", CONTROLLER, "--url", brokerUrl, "--holder", `ctl-${i}`, "--actuator", A, "--ttl-ms", String(ttlMs), "--log", log], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  const c: ChaosController = { child, exited: new Promise((r) => child.once("exit", r)), paused: false, log, stderr: "" };
+  child.stderr!.setEncoding("utf8").on("data", (s: string) => (c.stderr += s));
+  return c;
+}
+
+/** Stops the controllers (SIGTERM: each releases its lease), SIGKILL after 5 s. */
+export async function stopControllers(controllers: readonly ChaosController[]): Promise<void> {
+  for (const c of controllers) {
+    c.child.kill("SIGCONT");
+    c.child.kill("SIGTERM");
+  }
+  await Promise.all(controllers.map((c) => Promise.race([c.exited, sleep(5000)])));
+  for (const c of controllers) c.child.kill("SIGKILL");
+}
+
+/** Every controller's log entries, and what was wrong with them (unreadable lines, errors on stderr). */
+export function controllerHistory(controllers: readonly ChaosController[]): { entries: ControllerEntry[]; problems: string[] } {
+  const entries: ControllerEntry[] = [];
+  const problems: string[] = [];
+  for (const log of new Set(controllers.map((c) => c.log))) {
+    if (!existsSync(log)) continue;
+    for (const line of readFileSync(log, "utf8").split("\n")) {
+      if (line.trim() === "") continue;
+      try {
+        entries.push(JSON.parse(line) as ControllerEntry);
+      } catch {
+        problems.push(`unreadable line in ${log}: ${line.slice(0, 100)}`);
+      }
+    }
+  }
+  for (const c of controllers) if (/Error|error/.test(c.stderr)) problems.push(`controller ${c.log} stderr: ${c.stderr.slice(-500)}`);
+  return { entries, problems };
 }
 
 /** mulberry32: the schedule is a function of the seed. */
@@ -146,11 +161,11 @@ async function readDevice(control: string, simLife: number): Promise<DeviceEntry
   return b.applied.map((e) => ({ token: e.token, seq: e.seq, position: e.setpoints.position, mono: e.at + b.offset, errMs: b.err, simLife }));
 }
 
-function daemonLife(d: DaemonProcess, startMono: number, killMono: number | null): DaemonLife {
+export function daemonLife(d: DaemonProcess, startMono: number, killMono: number | null, gateway?: string): DaemonLife {
   const loadedLine = d.logs.find((l) => l.msg === "journal loaded" && l.actuator === A);
   const loaded = loadedLine ? { highestGranted: loadedLine.highestGranted as number, fence: loadedLine.fence as { token: number; seq: number | null } } : null;
   const granted = d.logs.filter((l: LogLine) => l.msg === "granted" && l.actuator === A).map((l) => ({ holder: l.holder as string, token: l.token as number }));
-  return { startMono, killMono, loaded, granted };
+  return { startMono, killMono, loaded, granted, ...(gateway !== undefined ? { gateway } : {}) };
 }
 
 export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
@@ -188,10 +203,11 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   let pty: PtyPair | null = null;
   let sim: SimProcess | null = null;
   let daemon: DaemonProcess | null = null;
-  const controllers: { child: ChildProcess; exited: Promise<unknown>; paused: boolean; log: string; stderr: string }[] = [];
+  const controllers: ChaosController[] = [];
   const pauses: Promise<void>[] = [];
 
-  const bin = await bundleCli();
+  const bundle = await bundleCli();
+  const bin = bundle.bin;
   try {
     broker = await startMosquitto();
     pty = await createPtyPair({ dir: ptyDir });
@@ -210,7 +226,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
 
     const startDaemon = async (): Promise<{ d: DaemonProcess; startMono: number }> => {
       const startMono = monoMs();
-      const d = spawnDaemon(bin, dir, config);
+      const d = DaemonProcess.start(dir, config, { bin });
       daemon = d;
       counts.daemonLives++;
       await d.ready([A], 30_000);
@@ -220,16 +236,8 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     };
 
     let life = await startDaemon();
-    const spawnController = (i: number) => {
-      const log = join(dir, `controller-${i}.jsonl`);
-      const child = spawn(process.execPath, ["--import", "tsx", CONTROLLER, "--url", broker!.url, "--holder", `ctl-${i}`, "--actuator", A, "--ttl-ms", String(ttlMs), "--log", log], {
-        stdio: ["ignore", "ignore", "pipe"],
-      });
-      const c = { child, exited: new Promise((r) => child.once("exit", r)), paused: false, log, stderr: "" };
-      child.stderr!.setEncoding("utf8").on("data", (s: string) => (c.stderr += s));
-      controllers[i] = c;
-    };
-    for (let i = 0; i < nControllers; i++) spawnController(i);
+    const startController = (i: number) => (controllers[i] = spawnController(broker!.url, dir, i, ttlMs));
+    for (let i = 0; i < nControllers; i++) startController(i);
 
     /** The controller whose log says it holds the lease now, or -1. */
     const holderNow = (): number => {
@@ -259,7 +267,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       c.child.kill("SIGKILL");
       await c.exited;
       if (/Error|error/.test(c.stderr)) problems.push(`controller ${c.log} stderr: ${c.stderr.slice(-500)}`);
-      spawnController(i); // same holder, same log: its lease, if still live, comes back with its token
+      startController(i); // same holder, same log: its lease, if still live, comes back with its token
     };
 
     const pause = async () => {
@@ -339,9 +347,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     // Let the last life serve a little (every pause over), then stop the load and judge.
     await Promise.all(pauses);
     await sleep(Math.max(1000, ttlMs * 2));
-    for (const c of controllers) c.child.kill("SIGTERM");
-    await Promise.all(controllers.map((c) => Promise.race([c.exited, sleep(5000)])));
-    for (const c of controllers) c.child.kill("SIGKILL");
+    await stopControllers(controllers);
     lives.push(daemonLife(life.d, life.startMono, null));
     device.push(...(await readDevice(control, counts.simLives)));
   } finally {
@@ -353,37 +359,29 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     if (sim) await stopChild(sim.child, sim.exited);
     await pty?.close();
     await broker?.stop();
-    rmSync(resolve(bin, ".."), { recursive: true, force: true });
+    bundle.remove();
   }
 
-  const entries: ControllerEntry[] = [];
-  for (const log of new Set(controllers.map((c) => c.log))) {
-    for (const line of readFileSync(log, "utf8").split("\n")) {
-      if (line.trim() === "") continue;
-      try {
-        entries.push(JSON.parse(line) as ControllerEntry);
-      } catch {
-        problems.push(`unreadable line in ${log}: ${line.slice(0, 100)}`);
-      }
-    }
-  }
-  for (const c of controllers) if (/Error|error/.test(c.stderr)) problems.push(`controller ${c.log} stderr: ${c.stderr.slice(-500)}`);
+  const { entries, problems: controllerProblems } = controllerHistory(controllers);
+  problems.push(...controllerProblems);
   const judged = check({ controllers: entries, device, daemon: lives });
   const verdict: Verdict = { ...judged, violations: [...problems, ...judged.violations] };
   if (!options.keep && verdict.violations.length === 0) rmSync(dir, { recursive: true, force: true });
   return { seed: options.seed, dir, counts, verdict, seconds: (monoMs() - started) / 1000 };
 }
 
-export function report(r: ChaosResult): string {
-  const c = r.counts;
+export function report(r: ChaosResult<object>): string {
   const v = r.verdict;
   const refused = Object.entries(v.refusedByCode)
     .sort((a, b) => b[1] - a[1])
     .map(([code, n]) => `${code}=${n}`)
     .join(" ");
+  const counts = Object.entries(r.counts)
+    .map(([name, n]) => `${name.replace(/[A-Z]/g, (c) => ` ${c.toLowerCase()}`)}=${String(n)}`)
+    .join(" ");
   return [
     `chaos seed=${r.seed} in ${r.seconds.toFixed(1)} s`,
-    `  daemon kills=${c.kills} (lives ${c.daemonLives}) pauses=${c.pauses} broker restarts=${c.brokerRestarts} link cuts=${c.linkCuts} (sim lives ${c.simLives}) power cycles=${c.powerCycles} controller restarts=${c.controllerRestarts}`,
+    `  ${counts}`,
     `  grants=${v.grants} applied at the device=${v.appliedAtDevice} "applied" replies=${v.appliedReplies}`,
     `  refused by code: ${refused || "-"}`,
     `  violations=${v.violations.length}`,

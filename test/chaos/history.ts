@@ -45,6 +45,8 @@ export interface DeviceEntry {
 
 /** One life of the daemon process. */
 export interface DaemonLife {
+  /** In a gateway group: which gateway (each has its own journal). */
+  readonly gateway?: string;
   readonly startMono: number;
   /** When it was SIGKILLed (null: the last life, still running at the end). */
   readonly killMono: number | null;
@@ -163,19 +165,28 @@ export function check(h: History): Verdict {
     if (newer) v(`device applied token ${d.token} at ${d.mono.toFixed(1)} ms; token ${newer.token} had been granted to ${newer.holder} by ${newer.mono.toFixed(1)} ms`);
   }
 
-  // 6. The journal never went back across restarts, and held every grant a controller had seen.
-  let prevLoaded: DaemonLife["loaded"] = null;
-  for (const [life, d] of h.daemon.entries()) {
-    const loaded = d.loaded ?? { highestGranted: 0, fence: { token: 0, seq: null } };
-    if (prevLoaded) {
-      if (loaded.highestGranted < prevLoaded.highestGranted) v(`life ${life}: journal highestGranted ${loaded.highestGranted} < ${prevLoaded.highestGranted} at the previous start`);
-      if (fenceLess(loaded.fence, prevLoaded.fence)) v(`life ${life}: journal fence ${JSON.stringify(loaded.fence)} < ${JSON.stringify(prevLoaded.fence)} at the previous start`);
+  // 6. Each gateway's journal never went back across its restarts. A gateway on its own
+  //    also held every grant a controller had seen; in a group each journal holds only its
+  //    own gateway's grants (the group's floor is etcd and the devices: rules 1, 2 and 5).
+  const gateways = new Set(h.daemon.map((d) => d.gateway));
+  for (const gateway of gateways) {
+    let prevLoaded: DaemonLife["loaded"] = null;
+    for (const [life, d] of h.daemon.entries()) {
+      if (d.gateway !== gateway) continue;
+      const loaded = d.loaded ?? { highestGranted: 0, fence: { token: 0, seq: null } };
+      const who = gateway === undefined ? `life ${life}` : `${gateway} (life ${life})`;
+      if (prevLoaded) {
+        if (loaded.highestGranted < prevLoaded.highestGranted) v(`${who}: journal highestGranted ${loaded.highestGranted} < ${prevLoaded.highestGranted} at the previous start`);
+        if (fenceLess(loaded.fence, prevLoaded.fence)) v(`${who}: journal fence ${JSON.stringify(loaded.fence)} < ${JSON.stringify(prevLoaded.fence)} at the previous start`);
+      }
+      if (gateways.size === 1) {
+        const seenBefore = grants.filter((g) => g.mono < d.startMono).reduce((m, g) => Math.max(m, g.token), 0);
+        if (loaded.highestGranted < seenBefore) v(`${who}: journal loaded highestGranted ${loaded.highestGranted}, but token ${seenBefore} had been granted before`);
+        const appliedBefore = h.device.filter((e) => e.mono + e.errMs < d.startMono).reduce((m, e) => Math.max(m, e.token), 0);
+        if (loaded.fence.token < appliedBefore && life > 0) v(`${who}: journal fence token ${loaded.fence.token} below token ${appliedBefore} already applied at the device`);
+      }
+      prevLoaded = loaded;
     }
-    const seenBefore = grants.filter((g) => g.mono < d.startMono).reduce((m, g) => Math.max(m, g.token), 0);
-    if (loaded.highestGranted < seenBefore) v(`life ${life}: journal loaded highestGranted ${loaded.highestGranted}, but token ${seenBefore} had been granted before`);
-    const appliedBefore = h.device.filter((e) => e.mono + e.errMs < d.startMono).reduce((m, e) => Math.max(m, e.token), 0);
-    if (loaded.fence.token < appliedBefore && life > 0) v(`life ${life}: journal fence token ${loaded.fence.token} below token ${appliedBefore} already applied at the device`);
-    prevLoaded = loaded;
   }
 
   return { violations, appliedAtDevice: h.device.length, appliedReplies, grants: firstGrant.size, refusedByCode };

@@ -1,5 +1,5 @@
 import { expect } from "vitest";
-import { ConfigError, parseConfig, type ConfigProblem } from "../../src/config/index.ts";
+import { ConfigError, loadConfigFile, parseConfig, type ConfigProblem } from "../../src/config/index.ts";
 
 /** The problems `parseConfig` reports for `value`; fails the test if it parses. */
 export function problemsOf(value: unknown): readonly ConfigProblem[] {
@@ -21,4 +21,15 @@ export function onlyProblem(value: unknown): ConfigProblem {
   const problems = problemsOf(value);
   expect(problems, JSON.stringify(problems)).toHaveLength(1);
   return problems[0]!;
+}
+
+/** The problems `loadConfigFile` reports for the file; fails the test if it loads. */
+export function fileProblemsOf(file: string): readonly ConfigProblem[] {
+  try {
+    loadConfigFile(file);
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as ConfigError).problems;
+  }
+  throw new Error("expected the configuration file to be refused");
 }

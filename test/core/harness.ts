@@ -58,7 +58,7 @@ export class CoreDriver {
   }
 
   /** Sends a request and returns the reply addressed to it in this step (if any). */
-  request(input: WithoutTime<Exclude<Input, { type: "deviceResult" | "tick" | "link" | "deviceFence" | "restart" | "shutdown" }>>): { reply: Reply | undefined; effects: Effect[] } {
+  request(input: WithoutTime<Extract<Input, { ref: unknown }>>): { reply: Reply | undefined; effects: Effect[] } {
     const effects = this.feed(input);
     return { reply: replyTo(effects, input.ref), effects };
   }

@@ -91,11 +91,14 @@ export class DaemonProcess {
     this.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   }
 
-  /** Writes `config` as YAML into `dir` and starts the daemon on it, with the production V8 flags. */
-  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[] } = {}): DaemonProcess {
+  /**
+   * Writes `config` as YAML into `dir` and starts the daemon on it, with the production V8
+   * flags; from `bin` (a bundle, see bundle.ts) instead of bin/fencegate.mjs if given.
+   */
+  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[]; bin?: string } = {}): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     return new DaemonProcess(child);
   }
 

@@ -39,6 +39,11 @@ export interface BusOptions {
   readonly offlineAfterFailures: number;
   /** Bound on transactions waiting per unit. */
   readonly queueLimitPerUnit: number;
+  /**
+   * Gateway group: whether a frame may go out now, asked right before each transaction. A
+   * gateway whose self-fencing deadline has passed sends nothing, even before its timer fires.
+   */
+  readonly permit?: () => boolean;
 }
 
 /** The link is down: the request was never sent. */
@@ -97,6 +102,8 @@ export class ModbusBus extends EventEmitter {
   private quietUntil = 0;
   /** An open in progress, until its callback has run (and, once closed, its port is closed). */
   private opening: Promise<void> | null = null;
+  /** Counts close(): a transaction, a timer or an open from before one belongs to a closed generation. */
+  private generation = 0;
 
   constructor(
     readonly options: BusOptions,
@@ -131,7 +138,9 @@ export class ModbusBus extends EventEmitter {
     return this.sessions.get(unit) ?? 0;
   }
 
+  /** Opens the link; after {@link close}, opens it again (a gateway group's standby becoming active). */
   start(): void {
+    this.closed = false;
     this.open();
   }
 
@@ -161,32 +170,44 @@ export class ModbusBus extends EventEmitter {
 
   private pump(): void {
     if (this.busy || !this.up) return;
+    const generation = this.generation;
     const wait = this.quietUntil - performance.now();
     if (wait > 0) {
       this.busy = true;
       setTimeout(() => {
+        if (generation !== this.generation) return;
         this.busy = false;
         this.afterQuiet();
       }, Math.ceil(wait));
       return;
     }
-    const job = this.nextJob() as (Job & { unit: number }) | undefined;
+    let job = this.nextJob() as (Job & { unit: number }) | undefined;
+    while (job && this.options.permit && !this.options.permit()) {
+      job.reject(new LinkDownError(`this gateway may not drive bus ${this.options.name} now (it is not the group's active gateway)`));
+      job = this.nextJob() as (Job & { unit: number }) | undefined;
+    }
     if (!job || !this.client) return;
     this.busy = true;
     const startedMs = performance.now();
     const done = (result: "ok" | "exception" | "timeout" | "malformed" | "error") => {
       this.emit("transaction", job.unit, (performance.now() - startedMs) / 1000, result);
     };
+    // A transaction of a session closed since settles its caller and touches nothing else.
+    const current = () => generation === this.generation;
     const malformed = new Promise<never>((_, reject) => (this.failCurrent = reject));
     Promise.race([job.run(this.client), malformed])
       .then(
         (value) => {
-          done("ok");
-          this.noteAnswer(job.unit);
+          if (current()) {
+            done("ok");
+            this.noteAnswer(job.unit);
+          }
           job.resolve(value);
         },
         (err: unknown) => {
-          if (isTimeout(err)) {
+          if (!current()) {
+            // ignore: the bus was closed (and maybe opened again) meanwhile
+          } else if (isTimeout(err)) {
             done("timeout");
             const ignored = this.port?.ignored;
             const why = `no answer within ${this.options.timeoutMs} ms${ignored ? `; the ${this.options.link.kind === "rtu" ? "line" : "connection"} carried ${ignored} instead` : ""}`;
@@ -208,6 +229,7 @@ export class ModbusBus extends EventEmitter {
         },
       )
       .finally(() => {
+        if (!current()) return;
         this.failCurrent = null;
         this.busy = false;
         this.pump();
@@ -251,6 +273,7 @@ export class ModbusBus extends EventEmitter {
 
   private open(): void {
     if (this.closed) return;
+    const generation = this.generation;
     const { link } = this.options;
     const port = link.kind === "rtu" ? new RtuPort(link.line) : new TcpPort(link);
     port.on("malformed", (err: unknown) => this.failCurrent?.(err));
@@ -259,7 +282,7 @@ export class ModbusBus extends EventEmitter {
     let settled: () => void = () => {};
     this.opening = new Promise<void>((resolve) => (settled = resolve));
     const onOpen = (err: unknown) => {
-      if (this.closed) {
+      if (this.closed || generation !== this.generation) {
         // close() waits for this: the port (and its lock) must be free once close() returns.
         client.close(() => settled());
         return;
@@ -273,8 +296,9 @@ export class ModbusBus extends EventEmitter {
         return;
       }
       client.setTimeout(this.options.timeoutMs);
-      client.on("close", () => this.lost("closed"));
-      client.on("error", (e: unknown) => this.lost(String(e)));
+      // Only about the current connection: a closed one's late events must not take down its successor.
+      client.on("close", () => this.client === client && this.lost("closed"));
+      client.on("error", (e: unknown) => this.client === client && this.lost(String(e)));
       this.client = client;
       this.up = true;
       this.reopenDelayMs = this.options.reopenMinMs;
@@ -313,12 +337,26 @@ export class ModbusBus extends EventEmitter {
 
   async close(): Promise<void> {
     this.closed = true;
+    // A new session starts with the next start(): nothing of this one may act on it.
+    this.generation++;
+    this.busy = false;
+    this.failCurrent = null;
+    this.quietUntil = 0;
     if (this.reopenTimer) clearTimeout(this.reopenTimer);
+    this.reopenTimer = null;
     const client = this.client;
+    const opening = this.opening; // this session's: a start() meanwhile begins another
     this.up = false;
     this.client = null;
     for (const queue of this.queues.values()) for (const job of queue.splice(0)) job.reject(new LinkDownError("bus closed"));
+    // Unknown until the bus is open again: the first answer then reports each unit online,
+    // and what was learnt about each device (its identity) is learnt again.
+    for (const unit of this.units) {
+      this.online.set(unit, false);
+      this.failures.set(unit, 0);
+      this.sessions.set(unit, this.session(unit) + 1);
+    }
     if (client) await new Promise<void>((resolve) => client.close(() => resolve()));
-    await this.opening;
+    await opening;
   }
 }

@@ -18,10 +18,10 @@
  * one-register point when `writeFunction` is fc06; the gateway is the only arbiter, so
  * nothing may write to such a device except through the gateway.
  */
-import { FENCED, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, refusalName, u32ToWords, u64ToWords } from "../../../firmware-bridge/src/profile.ts";
+import { EXCEPTION, FENCED, FENCE_REFUSED_EXCEPTION, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, encodeFenceRaise, refusalName, u32ToWords, u64ToWords } from "../../../firmware-bridge/src/profile.ts";
 import type { PointConfig } from "../../config/schema.ts";
 import type { Fence, Outcome, PointValues } from "../../core/types.ts";
-import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort } from "../../shell/ports.ts";
+import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort, type FenceRaise } from "../../shell/ports.ts";
 import { BusBusyError, LinkDownError, isTimeout, modbusExceptionCode, type ModbusBus, type ModbusClient } from "./bus.ts";
 import { decodePoint, encodePoint, registerSpan } from "./codec.ts";
 import { describeException, exceptionOutcome, hex } from "./exceptions.ts";
@@ -124,6 +124,26 @@ export class ModbusDevice implements DevicePort {
     const fence = decodeFence(await this.readRegisters("holding", FENCED.FENCE_START, FENCED.FENCE_COUNT));
     // Only the device's token is comparable with ours: its seq is our per-token write count.
     return { token: fence.token, seq: null };
+  }
+
+  async raiseFence(token: number): Promise<FenceRaise> {
+    const { unit, profile } = this.options;
+    if (profile !== "fenced") return { kind: "unsupported", message: "A plain device keeps no fence of its own." };
+    try {
+      await this.checkIdentity();
+      // The next device seq under the token, like a command's: the gateway's own safe write
+      // may have gone out under it already (the raise then sits above it).
+      const seq = this.deviceSeqFor(token);
+      await this.transact((c) => call((cb) => c.writeFC16(unit, FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), cb)));
+      return { kind: "raised" };
+    } catch (err) {
+      const modbusCode = modbusExceptionCode(err);
+      if (modbusCode === FENCE_REFUSED_EXCEPTION) return { kind: "refused", message: `The device refused fence ${token} (${await this.refusalReason()}): it holds a newer token, so another gateway has taken over.` };
+      if (modbusCode === EXCEPTION.ILLEGAL_DATA_ADDRESS) {
+        return { kind: "unsupported", message: "The device answered exception 2 to FENCE_RAISE: it implements fenced profile 1.0, and a gateway group needs 1.1 (firmware-bridge/README.md)." };
+      }
+      return { kind: "failed", message: `The fence raise was not confirmed: ${modbusCode !== undefined ? describeException(modbusCode) : err instanceof Error ? err.message : String(err)}.` };
+    }
   }
 
   async write(cmd: DeviceCommand): Promise<Outcome> {

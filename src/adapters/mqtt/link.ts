@@ -22,7 +22,7 @@ import type { CoreEvent } from "../../core/types.ts";
 import type { GatewayRequest } from "../../shell/gateway.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
 import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
-import { eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity } from "./payloads.ts";
+import { eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity, type GatewayRole } from "./payloads.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
 import { GATEWAY_LEVEL, eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
 
@@ -53,6 +53,8 @@ export interface MqttLinkOptions {
   readonly maxPendingReadsPerActuator: number;
   /** Lease requests and commands of one actuator awaiting their reply; beyond this one is refused OVERLOADED at the door. */
   readonly maxPendingRequestsPerActuator: number;
+  /** A gateway group member's starting role (a standby takes no requests); none for a gateway on its own. */
+  readonly role?: GatewayRole;
 }
 
 /**
@@ -116,8 +118,10 @@ export class MqttLink implements Outbox {
   private ended = false;
   /** The acknowledgement callbacks of reply publishes the broker has not acknowledged yet. */
   private readonly unacknowledgedReplies = new Set<unknown>();
+  private role: GatewayRole | undefined;
 
   constructor(private readonly options: MqttLinkOptions) {
+    this.role = options.role;
     this.base = options.mqtt.baseTopic;
     this.v5 = options.mqtt.protocolVersion === 5;
     this.reconnectMs = options.mqtt.reconnect.minMs;
@@ -125,6 +129,70 @@ export class MqttLink implements Outbox {
 
   get connected(): boolean {
     return this.client?.connected ?? false;
+  }
+
+  /**
+   * Gateway group: a new role. The active gateway subscribes to the request topics; a standby
+   * unsubscribes (it answers no requests, and drops any already on their way). The status
+   * topic says which.
+   */
+  setRole(role: GatewayRole): void {
+    if (this.role === role) return;
+    this.role = role;
+    const client = this.client;
+    if (!client?.connected) return; // the next connect subscribes (or not) and publishes the status
+    if (role === "active") this.subscribeAndAnnounce(client);
+    else {
+      client.subscribe(this.presenceTopic, { qos: 1 });
+      client.unsubscribe([...requestSubscriptions(this.base)]);
+      this.publishStatus(client);
+    }
+  }
+
+  /** What a standby still answers: who it is (`B/gateway/read`, presence.ts), so a second gateway with its id is found. */
+  private get presenceTopic(): string {
+    return `${this.base}/${GATEWAY_LEVEL}/read`;
+  }
+
+  private publishStatus(client: MqttClient): void {
+    client.publish(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(true, this.role), { qos: 1, retain: true });
+  }
+
+  /**
+   * Subscribes to the request topics (unless a standby), then says the gateway's status and
+   * every actuator's state. `done` runs once the broker has the subscription (or at once for
+   * a standby).
+   */
+  private subscribeAndAnnounce(client: MqttClient, done: () => void = () => {}): void {
+    const { mqtt, log } = this.options;
+    const sink = this.sink;
+    if (this.role === "standby") {
+      client.subscribe(this.presenceTopic, { qos: 1 }, () => {
+        log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion, role: this.role }, "MQTT connected");
+        this.publishStatus(client);
+        done();
+      });
+      return;
+    }
+    // Retain As Published (v5): otherwise the broker clears the retain flag on live
+    // delivery and a retained request would pass as a fresh one. MQTT 3.1.1 has no such
+    // option: there a retained request is caught only when (re)subscribing.
+    client.subscribe([...requestSubscriptions(this.base)], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
+      if (err) {
+        log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
+        return;
+      }
+      // Only once the broker has the subscription does a request reach us: `online` (and
+      // the log line operators and tests wait for) must not promise more than that.
+      log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion, ...(this.role ? { role: this.role } : {}) }, "MQTT connected");
+      if (this.role === "active") client.unsubscribe(this.presenceTopic); // B/+/read covers it now
+      this.publishStatus(client);
+      for (const id of sink?.actuatorIds() ?? []) {
+        const view = sink?.view(id);
+        if (view) this.state(view);
+      }
+      done();
+    });
   }
 
   /** Connects and starts taking requests for `sink`. Resolves on the first connection. */
@@ -179,24 +247,7 @@ export class MqttLink implements Outbox {
       client.on("connect", () => {
         this.reconnectMs = mqtt.reconnect.minMs;
         client.options.reconnectPeriod = this.reconnectMs;
-        // Retain As Published (v5): otherwise the broker clears the retain flag on live
-        // delivery and a retained request would pass as a fresh one. MQTT 3.1.1 has no such
-        // option: there a retained request is caught only when (re)subscribing.
-        client.subscribe([...requestSubscriptions(this.base)], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
-          if (err) {
-            log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
-            return;
-          }
-          // Only once the broker has the subscription does a request reach us: `online` (and
-          // the log line operators and tests wait for) must not promise more than that.
-          log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion }, "MQTT connected");
-          client.publish(statusTopic, gatewayStatusPayload(true), { qos: 1, retain: true });
-          for (const id of sink.actuatorIds()) {
-            const view = sink.view(id);
-            if (view) this.state(view);
-          }
-          resolve();
-        });
+        this.subscribeAndAnnounce(client, resolve);
       });
     });
   }
@@ -244,6 +295,11 @@ export class MqttLink implements Outbox {
     const sink = this.sink;
     const where = parseRequestTopic(this.base, topic);
     if (!sink || !where) return;
+    if (this.role === "standby" && !(where.actuator === GATEWAY_LEVEL && where.verb === "read")) {
+      // On its way before the unsubscribe: the active gateway answers requests, not this one.
+      this.count(this.counters.unanswerable, "standby");
+      return;
+    }
     this.counters.requests++;
     const parsed = parseRequest({
       base: this.base,
@@ -380,11 +436,13 @@ export class MqttLink implements Outbox {
     if (!client) return;
     const lastWords = () => {
       const retained = { qos: 1, retain: true } as const;
-      const states = (this.sink?.actuatorIds() ?? []).flatMap((id) => {
+      // A group member leaves the states alone: they name the active gateway, which may be
+      // another one by now; its status tells readers whether they are current.
+      const states = (this.role !== undefined ? [] : (this.sink?.actuatorIds() ?? [])).flatMap((id) => {
         const view = this.sink?.view(id);
         return view ? [client.publishAsync(stateTopic(this.base, id), statePayload({ ...view, online: false, lease: null }), retained)] : [];
       });
-      return Promise.all([...states, client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false), retained)]);
+      return Promise.all([...states, client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false, this.role), retained)]);
     };
     const acknowledged =
       client.connected &&

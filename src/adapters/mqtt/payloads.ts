@@ -96,7 +96,13 @@ export function identityReplyPayload(id: string, identity: GatewayIdentity): str
   return JSON.stringify({ id, ok: true, gateway: identity });
 }
 
-/** The retained `B/gateway/<gatewayId>/status` payload (also the last will: `offline`). */
-export function gatewayStatusPayload(online: boolean): "online" | "offline" {
-  return online ? "online" : "offline";
+/** A gateway group member's role; a gateway on its own has none. */
+export type GatewayRole = "active" | "standby";
+
+/**
+ * The retained `B/gateway/<gatewayId>/status` payload (also the last will: `offline`). A
+ * gateway on its own says `online`; a member of a gateway group says its role instead.
+ */
+export function gatewayStatusPayload(online: boolean, role?: GatewayRole): "online" | "offline" | GatewayRole {
+  return online ? (role ?? "online") : "offline";
 }

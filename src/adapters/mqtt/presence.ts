@@ -78,7 +78,7 @@ export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions): Pr
     let statusOnline = false;
     let answered: (() => void) | null = null;
     client.on("message", (topic, payload, packet) => {
-      if (topic === statusTopic) statusOnline = payload.toString() === "online";
+      if (topic === statusTopic) statusOnline = ["online", "active", "standby"].includes(payload.toString()); // a gateway group's members say their role
       if (topic !== replyTopic) return;
       const body = parseAnswer(payload.toString(), v5 ? packet.properties?.correlationData?.toString() : undefined, nonce);
       if (body === null) return;

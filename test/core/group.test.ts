@@ -1,0 +1,116 @@
+/** The core's part in a gateway group: takeover, stepping down, a grant the group could not confirm. */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { GATEWAY_HOLDER } from "../../src/core/actuator.ts";
+import type { ActuatorConfig, Effect } from "../../src/core/types.ts";
+import { CONFIG, CoreDriver, codeOf, replyTo, tokenOf } from "./harness.ts";
+
+const persists = (effects: readonly Effect[]) => effects.filter((e) => e.kind === "persist").map((e) => (e as Extract<Effect, { kind: "persist" }>).record);
+
+describe("takeover", () => {
+  it("takes a token of the gateway's own above the floor, durable before anything is shown", () => {
+    const d = new CoreDriver();
+    const effects = d.feed({ type: "takeover", floor: 41 });
+    expect(effects[0]).toEqual({ kind: "persist", record: { type: "granted", holder: GATEWAY_HOLDER, token: 42 } });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "granted", holder: GATEWAY_HOLDER, token: 42 } });
+    expect(d.state.highestGranted).toBe(42);
+    expect(d.state.fence).toEqual({ token: 42, seq: null });
+  });
+
+  it("takes a token above its own journal when that is higher than the floor", () => {
+    const d = new CoreDriver();
+    tokenOf(d.acquire("A"));
+    d.request({ type: "release", ref: d.ref(), holder: "A", token: 1 });
+    tokenOf(d.acquire("B"));
+    d.feed({ type: "takeover", floor: 0 });
+    expect(d.state.highestGranted).toBe(3);
+  });
+
+  it("ends the lease it knew (uncertainty), and the next grant is one above the takeover token", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    const effects = d.feed({ type: "takeover", floor: 10 });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token, code: "STALE_TOKEN" } });
+    expect(d.state.lease).toBeNull();
+    expect(codeOf(d.command("A", token, 1))).toBe("STALE_TOKEN");
+    expect(tokenOf(d.acquire("B"))).toBe(12);
+  });
+
+  it("refuses what was queued under an older token instead of sending it", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    d.command("A", token, 1, { position: 10 }, null); // at the device, no result yet
+    const queued = d.ref();
+    d.feed({ type: "command", ref: queued, holder: "A", token, seq: 2, set: { position: 20 }, deadlineMs: 5000 });
+    const effects = d.feed({ type: "takeover", floor: 0 });
+    d.feed({ type: "deviceResult", token, seq: 1, outcome: { kind: "applied", applied: { position: 10 } } });
+    expect(codeOf(replyTo(effects, queued) ?? replyTo(d.log, queued))).toBe("STALE_TOKEN");
+    expect(d.deviceWrites().map((w) => w.seq)).toEqual([1]);
+  });
+
+  it("never goes back: over any sequence of floors and grants, every token is above every earlier one", () => {
+    fc.assert(
+      fc.property(fc.array(fc.oneof(fc.record({ floor: fc.integer({ min: 0, max: 50 }) }), fc.constant("acquire" as const)), { maxLength: 30 }), (ops) => {
+        const d = new CoreDriver();
+        let highest = 0;
+        for (const op of ops) {
+          const before = d.log.length;
+          if (op === "acquire") d.acquire(`h${highest}`);
+          else d.feed({ type: "takeover", floor: op.floor });
+          for (const r of persists(d.log.slice(before))) {
+            if (r.type !== "granted") continue;
+            expect(r.token).toBeGreaterThan(highest);
+            if (op !== "acquire") expect(r.token).toBeGreaterThan(op.floor);
+            highest = r.token;
+          }
+          d.nowMs += 2_000; // leases expire between steps
+        }
+      }),
+    );
+  });
+});
+
+describe("stepping down", () => {
+  it("ends the lease, refuses what is queued as not sent, and goes offline, writing nothing", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    d.command("A", token, 1, { position: 10 }, null);
+    const queued = d.ref();
+    d.feed({ type: "command", ref: queued, holder: "A", token, seq: 2, set: { position: 20 }, deadlineMs: 5000 });
+    const effects = d.feed({ type: "stepDown" });
+    expect(replyTo(effects, queued)).toMatchObject({ ok: false, error: { code: "DEVICE_UNAVAILABLE" } });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token, code: "DEVICE_UNAVAILABLE" } });
+    expect(persists(effects)).toEqual([]);
+    expect(d.state).toMatchObject({ lease: null, queue: [], online: false });
+    expect(d.deviceWrites()).toHaveLength(1); // the one already at the device, nothing more
+  });
+
+  it("does not drive to the safe value: the active gateway does that, not the one stepping down", () => {
+    const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+    const d = new CoreDriver(config);
+    tokenOf(d.acquire("A"));
+    const effects = d.feed({ type: "stepDown" });
+    expect(effects.some((e) => e.kind === "deviceWrite" || e.kind === "persist")).toBe(false);
+    d.nowMs += 10_000;
+    expect(d.feed({ type: "tick" }).some((e) => e.kind === "deviceWrite" || e.kind === "persist")).toBe(false);
+  });
+});
+
+describe("a grant the group could not confirm", () => {
+  it("ends that lease, saying why", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    const effects = d.feed({ type: "grantFailed", token });
+    expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token, code: "GROUP_UNAVAILABLE" } });
+    expect(d.state.lease).toBeNull();
+    expect(codeOf(d.command("A", token, 1))).toBe("LEASE_EXPIRED");
+    expect(tokenOf(d.acquire("A"))).toBe(token + 1); // the unconfirmed token is not handed out again
+  });
+
+  it("leaves another token's lease alone", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    expect(d.feed({ type: "grantFailed", token: token - 1 })).toEqual([]);
+    expect(d.state.lease?.token).toBe(token);
+  });
+});
