@@ -218,6 +218,17 @@ export class Lease extends EventEmitter {
     await this.client.request(this.actuator, "lease/release", this.signedLeaseRequest("lease/release"));
   }
 
+  /**
+   * Stops renewing without telling the gateway: the lease runs out at its TTL unless this
+   * holder acquires it again, and then (acquire by the live holder) gets the same token. For
+   * a controller that restarts, not one that is done: that one releases.
+   */
+  abandon(): void {
+    if (this.released) return;
+    this.released = true;
+    this.stop();
+  }
+
   /** A renew or release body; on an authenticated lease with the next counter (against replays) and the mac. */
   private signedLeaseRequest(verb: "lease/renew" | "lease/release"): Record<string, unknown> {
     const body = { holder: this.holder, token: this.token };
@@ -235,7 +246,7 @@ export class Lease extends EventEmitter {
 
   private assertUsable(): void {
     if (this.lostReason) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} is lost: ${this.lostReason.message}`, this.lostReason);
-    if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released.`);
+    if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released or abandoned by this controller.`);
   }
 
   private markLost(reason: Error): void {
