@@ -20,8 +20,10 @@ function atLeast(version: string, major: number, minor: number): boolean {
 export const NODE_RED_PACKAGE = atLeast(process.versions.node, 22, 9) ? "node-red-5" : "node-red";
 
 export interface NodeRedRuntime {
-  /** The package's main file (red.js), for node-red-node-test-helper's init and to start a real Node-RED. */
+  /** The package's main file, for node-red-node-test-helper's init. */
   readonly main: string;
+  /** The `node-red` command's script, to start a real Node-RED. */
+  readonly cli: string;
   readonly version: string;
   /** A core node module (e.g. "common/20-inject.js") of this Node-RED, as the helper loads node modules. */
   coreNodes(file: string): unknown;
@@ -29,11 +31,12 @@ export interface NodeRedRuntime {
 
 export function nodeRedRuntime(): NodeRedRuntime {
   const manifestPath = requireHere.resolve(`${NODE_RED_PACKAGE}/package.json`, { paths: [ROOT] });
-  const manifest = requireHere(manifestPath) as { version: string; main: string };
+  const manifest = requireHere(manifestPath) as { version: string; main: string; bin: Record<string, string> };
   const fromRuntime = createRequire(manifestPath);
   const nodesDir = dirname(fromRuntime.resolve("@node-red/nodes/package.json"));
   return {
     main: join(dirname(manifestPath), manifest.main),
+    cli: join(dirname(manifestPath), manifest.bin["node-red"]!),
     version: manifest.version,
     coreNodes: (file) => fromRuntime(join(nodesDir, "core", file)),
   };
