@@ -6,8 +6,10 @@
  * node-status events), errors in Node-RED's log, outputs with the helper's nodes (or, in
  * the example flow, its debug nodes).
  */
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
+import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import mqtt from "mqtt";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -17,6 +19,8 @@ import { installNodeRedPackage, nodeRedRuntime, type InstalledPackage } from "..
 import { brokerAddress } from "../../src/client/client.ts";
 import { startTcpProxy, type TcpProxy } from "../support/proxy.ts";
 import { startStack, Teardown, type Stack } from "../support/stack.ts";
+import { freePort, waitForPort } from "../support/ports.ts";
+import { makePki, type Pki } from "../broker-security/pki.ts";
 import { until } from "../support/watch.ts";
 
 type Msg = Record<string, any>;
@@ -32,7 +36,7 @@ interface NodeTestHelper {
 const helper = createRequire(import.meta.url)("node-red-node-test-helper") as NodeTestHelper;
 const runtime = nodeRedRuntime();
 helper.init(runtime.main);
-const CORE_NODES = ["common/20-inject.js", "common/21-debug.js", "common/90-comment.js"].map((f) => runtime.coreNodes(f));
+const CORE_NODES = ["common/20-inject.js", "common/21-debug.js", "common/90-comment.js", "network/05-tls.js"].map((f) => runtime.coreNodes(f));
 /** Every status a node showed, in order, as the runtime hands them to the editor. */
 const statusLog: { id: string; status: { fill?: string; shape?: string; text: string } }[] = [];
 (createRequire(runtime.main)(runtime.main) as { runtime: { events: NodeJS.EventEmitter } }).runtime.events.on("node-status", (e: (typeof statusLog)[number]) => statusLog.push(e));
@@ -42,12 +46,27 @@ let stack: Stack;
 let installed: InstalledPackage;
 let ctl: TestController;
 let primaryLink: TcpProxy;
+/** The broker's second listener: TLS with client certificates, and a password for user plc-a. */
+let tlsUrl: string;
+let pki: Pki;
+const PLC_A_PASSWORD = "a-secret";
 /** Every command request that reached the broker, by actuator: what a node sent, not what it meant to. */
 const commandsOnTheWire: { actuator: string; body: Json }[] = [];
 
 beforeAll(async () => {
+  // Mosquitto started as root reads these as the mosquitto user.
+  const pkiDir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-node-red-pki-")), (d) => rmSync(d, { recursive: true, force: true }));
+  chmodSync(pkiDir, 0o755);
+  pki = makePki(pkiDir);
+  const passwordFile = join(pkiDir, "passwd");
+  execFileSync("mosquitto_passwd", ["-b", "-c", passwordFile, "plc-a", PLC_A_PASSWORD]);
+  chmodSync(passwordFile, 0o644);
+  const tlsPort = await freePort();
+  tlsUrl = `mqtts://127.0.0.1:${tlsPort}`;
   stack = await startStack(teardown, {
     name: "node-red",
+    // Anonymous stays allowed for the daemon on the plain listener; a client that names a user must have its password.
+    brokerConfig: [`password_file ${passwordFile}`, `listener ${tlsPort} 127.0.0.1`, `cafile ${pki.caFile}`, `certfile ${pki.server.certFile}`, `keyfile ${pki.server.keyFile}`, "require_certificate true"].join("\n"),
     sim: () => ({ units: [1, 2, 3, 4], rate: 0 }),
     gateway: (sim) => ({
       buses: { sim: { type: "tcp", ...sim, timeoutMs: 1000 } },
@@ -55,6 +74,7 @@ beforeAll(async () => {
     }),
     fenced: ["valve-1", "valve-2", "valve-3", "valve-4"],
   });
+  await waitForPort(tlsPort);
   installed = await installNodeRedPackage(stack.dir);
   ctl = teardown.add(await TestController.connect(stack.broker.url, "line-x"), (c) => c.close());
   primaryLink = teardown.add(await startTcpProxy({ host: "127.0.0.1", port: stack.broker.port }), (p) => p.close());
@@ -114,13 +134,17 @@ function statusOf(id: string) {
 }
 
 /** Waits until node `id` shows a status whose text matches `text`; returns it. */
-function statusMatching(id: string, text: RegExp, timeoutMs = 10_000) {
-  return until(() => statusesOf(id).find((s) => text.test(s.text)), { what: `node ${id} to show ${text}; it showed ${JSON.stringify(statusesOf(id).map((s) => s.text))}`, timeoutMs, everyMs: 10 });
+async function statusMatching(id: string, text: RegExp, timeoutMs = 10_000) {
+  return until(() => statusesOf(id).find((s) => text.test(s.text)), { timeoutMs, everyMs: 10 }).catch(() => {
+    throw new Error(`node ${id} did not show ${text}; it showed ${JSON.stringify(statusesOf(id).map((s) => s.text))}`);
+  });
 }
 
 /** Waits for the `n`th message (1-based) to reach `id`. */
-function nth(seen: Record<string, Msg[]>, id: string, n = 1, timeoutMs = 10_000): Promise<Msg> {
-  return until(() => seen[id]!.length >= n && seen[id]![n - 1], { what: `message ${n} at ${id} (got ${JSON.stringify(seen[id]!.map((m) => m.payload))})`, timeoutMs, everyMs: 10 });
+async function nth(seen: Record<string, Msg[]>, id: string, n = 1, timeoutMs = 10_000): Promise<Msg> {
+  return until(() => seen[id]!.length >= n && seen[id]![n - 1], { timeoutMs, everyMs: 10 }).catch(() => {
+    throw new Error(`message ${n} did not reach ${id}; it got ${JSON.stringify(seen[id]!.map((m) => m.payload))}`);
+  });
 }
 
 /** What the nodes logged as errors (node.error, a failed done), as "type: message". */
@@ -156,6 +180,60 @@ describe("the node package in Node-RED", () => {
     await statusMatching("state", /^online/);
     expect(statusOf("lease")).toMatchObject({ fill: "grey", text: "not held" });
     expect(errorsLogged()).toEqual([]);
+  });
+});
+
+describe("fencegate-broker, the configuration node", () => {
+  const overTls = (password: string) => {
+    const flow = testFlow(
+      [
+        { id: "tls", type: "tls-config", name: "", cert: pki.client("plc-a").certFile, key: pki.client("plc-a").keyFile, ca: pki.caFile, certname: "", keyname: "", caname: "", servername: "", verifyservercert: true, alpnprotocol: "" },
+        { ...brokerNode("b", "plc-a", tlsUrl), usetls: true, tls: "tls" },
+      ],
+      [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] }],
+      ["lease-out"],
+    );
+    return { flow, credentials: { b: { username: "plc-a", password } } };
+  };
+
+  it("connects over mqtts with Node-RED's TLS configuration and the user and password from the credentials store", async () => {
+    const { flow, credentials } = overTls(PLC_A_PASSWORD);
+    await helper.load([installed.nodes, ...CORE_NODES], flow, credentials);
+    const seen = record(["lease-out"]);
+    expect((await nth(seen, "lease-out")).payload).toMatchObject({ state: "held", holder: "plc-a" });
+    expect(await leaseOf("valve-4")).toMatchObject({ holder: "plc-a" });
+  });
+
+  it("says the broker refused the password, and keeps trying", async () => {
+    const { flow, credentials } = overTls("wrong");
+    await helper.load([installed.nodes, ...CORE_NODES], flow, credentials);
+    const status = await statusMatching("lease", /refused the user name or password/);
+    expect(status).toMatchObject({ fill: "yellow", shape: "ring" });
+    expect(await leaseOf("valve-4")).toBeNull();
+  });
+
+  it("with no holder named, each node acts as one derived from its host and flow", async () => {
+    const flow = testFlow([{ ...brokerNode("b", ""), holder: "" }], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] }], ["lease-out"]);
+    flow[0]!.label = "Pump house (valve 4)";
+    const seen = await load(flow, ["lease-out"]);
+    const holder = `${hostname().replace(/[^A-Za-z0-9._:-]+/g, "-")}.Pump-house-valve-4`;
+    expect((await nth(seen, "lease-out")).payload).toMatchObject({ state: "held", holder });
+    expect(await leaseOf("valve-4")).toMatchObject({ holder });
+  });
+
+  it.each([
+    ["a URL that is not one", { url: "localhost:1883" }, 'broker URL "localhost:1883" must start with mqtt://, mqtts://, ws:// or wss://'],
+    ["TLS with an mqtt:// URL", { usetls: true, tls: "tls" }, "TLS is set, so the broker URL must start with mqtts:// or wss://, not mqtt://"],
+    ["a holder the contract does not allow", { holder: "line a" }, 'holder "line a" may have only A-Z, a-z, 0-9, . _ : - (at most 128)'],
+  ])("stops its nodes with a sentence on %s", async (_what, change, says) => {
+    const flow = testFlow(
+      [{ id: "tls", type: "tls-config", name: "", cert: "", key: "", ca: pki.caFile, verifyservercert: true }, { ...brokerNode("b", "nr-bad-config"), ...change }],
+      [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [[]] }],
+    );
+    await load(flow);
+    expect(statusOf("lease")).toMatchObject({ fill: "red", shape: "ring" });
+    expect(errorsLogged()).toEqual([`fencegate-lease: fencegate: ${says}`]);
+    expect(await leaseOf("valve-4")).toBeNull();
   });
 });
 

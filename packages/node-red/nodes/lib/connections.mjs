@@ -15,9 +15,9 @@ export function connectProblem(err, url) {
   const code = err?.code;
   if (code === "ECONNREFUSED") return `cannot reach the broker at ${url}: connection refused`;
   if (code === "ENOTFOUND" || code === "EAI_AGAIN") return `cannot find the broker's host in ${url}`;
-  // CONNACK refusals: 3.1.1 codes 4 and 5, MQTT 5 reasons 0x86 and 0x87.
-  if (code === 4 || code === 0x86) return "the broker refused the user name or password";
-  if (code === 5 || code === 0x87) return "the broker says this client is not authorised";
+  // CONNACK refusals: 3.1.1 codes 4 and 5, MQTT 5 reasons 0x86 and 0x87 (Mosquitto answers a
+  // wrong password with "not authorised").
+  if ([4, 5, 0x86, 0x87].includes(code)) return "the broker refused the user name or password (or this client)";
   return `cannot connect to ${url}: ${err?.message ?? String(err)}`;
 }
 
