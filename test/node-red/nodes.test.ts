@@ -221,6 +221,12 @@ describe("fencegate-broker, the configuration node", () => {
     expect(await leaseOf("valve-4")).toMatchObject({ holder });
   });
 
+  it("a lease node with a TTL that is not a whole number of milliseconds says so and acquires nothing", async () => {
+    await load(testFlow([brokerNode("b", "nr-bad-ttl")], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: "5 s", acquireOnStart: true, wires: [[]] }]));
+    expect(statusOf("lease")).toMatchObject({ fill: "red", text: "bad TTL" });
+    expect(errorsLogged()).toEqual(['fencegate-lease: fencegate: TTL must be a whole number of milliseconds from 1 to 3600000; it is "5 s".']);
+  });
+
   it.each([
     ["a URL that is not one", { url: "localhost:1883" }, 'broker URL "localhost:1883" must start with mqtt://, mqtts://, ws:// or wss://'],
     ["TLS with an mqtt:// URL", { usetls: true, tls: "tls" }, "TLS is set, so the broker URL must start with mqtts:// or wss://, not mqtt://"],
@@ -365,6 +371,9 @@ describe("fencegate command", () => {
     ["null", null, "it is null"],
     ["a string setpoint", { position: "42.5" }, 'Setpoint "position" must be a finite number; it is a string ("42.5").'],
     ["no setpoint", {}, "msg.payload has no setpoints"],
+    ["a Buffer (an mqtt in node's payload)", Buffer.from('{"position":1}'), "it is a Buffer"],
+    ["65 setpoints, one over the contract's limit", Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`p${i}`, i])), "msg.payload has 65 setpoints; a command carries at most 64."],
+    ["setpoints that would not fit a 16 KiB request", { ["x".repeat(12_300)]: 1 }, "msg.payload takes 12306 bytes as JSON; a command's setpoints may take at most 12288."],
   ])("refuses %s as msg.payload with INVALID_REQUEST on output 2, sending nothing", async (_what, payload, says) => {
     const { seen } = await loadHeld("nr-cmd-invalid");
     helper.getNode("command")!.receive({ payload });
@@ -389,6 +398,13 @@ describe("fencegate command", () => {
     helper.getNode("command")!.receive({ payload: { position: 7 } });
     expect((await nth(seen, "applied")).payload).toMatchObject({ token, applied: { position: 7 } });
     expect(errorsLogged()).toEqual([]);
+  });
+
+  it("takes 64 setpoints (the contract's limit) to the gateway, which names the first it does not know", async () => {
+    const { seen } = await loadHeld("nr-cmd-64");
+    helper.getNode("command")!.receive({ payload: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`p${i}`, i])) });
+    expect((await nth(seen, "refused")).payload).toMatchObject({ code: "UNKNOWN_POINT", sent: true });
+    expect(sentBy("nr-cmd-64")).toHaveLength(1);
   });
 
   it("refuses locally with NO_LEASE while the lease node does not hold the lease, and sends nothing", async () => {
