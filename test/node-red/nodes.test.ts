@@ -539,7 +539,7 @@ describe("the example flow (examples/primary-and-standby.json)", () => {
     expect(taken).toMatchObject({ state: "held", holder: "line-b", token: primaryToken + 1 });
     press("fg0binject000001");
     expect((await nth(seen, "fg0bdbgapplied1")).payload).toMatchObject({ outcome: "applied", token: taken.token, applied: { position: 60 } });
-    // By its own clock, the primary knew the lease was gone before the standby had it.
+    // By its own clock, the primary knew its lease was gone (it showed so while its link was held).
     expect(statusesOf("fg0alease0000001").map((s) => s.text)).toContain("lost: LEASE_EXPIRED");
 
     // The primary wakes: its old command reaches the gateway, which refuses it.
