@@ -27,8 +27,8 @@ class SharedClient {
     this.log = log;
     this.users = 0;
     this.closed = false;
-    /** null while connected; otherwise what is wrong, as a sentence. */
-    this.problem = "connecting";
+    /** What is wrong, as a sentence; null while connected or connecting for the first time. */
+    this.problem = null;
     this.listeners = new Set();
     this.wake = null;
     /** Resolves with the client once connected, or with null if closed first; never rejects. */
@@ -86,8 +86,8 @@ export class Connections {
 
   /**
    * A share of the connection for `holder`: `client()` resolves once connected (null if
-   * closed first), `onProblem(fn)` tells of connection trouble (null: connected again),
-   * `release()` lets go; the last user to let go closes the connection.
+   * closed first), `onProblem(fn)` tells of connection trouble, now if there is some (null:
+   * connected again), `release()` lets go; the last user to let go closes the connection.
    */
   use(holder) {
     let shared = this.clients.get(holder);
@@ -100,14 +100,11 @@ export class Connections {
     let released = false;
     return {
       holder,
-      url: this.options.url,
       client: () => shared.ready,
-      get problem() {
-        return shared.problem;
-      },
       onProblem: (listener) => {
         listeners.push(listener);
         shared.listeners.add(listener);
+        if (shared.problem !== null) listener(shared.problem);
       },
       release: async () => {
         if (released) return;
