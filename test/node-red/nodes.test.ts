@@ -212,6 +212,14 @@ describe("fencegate-broker, the configuration node", () => {
     expect(await leaseOf("valve-4")).toBeNull();
   });
 
+  it("with no broker at the URL, its nodes say so and keep trying", async () => {
+    const nobody = `mqtt://127.0.0.1:${await freePort()}`;
+    await load(testFlow([brokerNode("b", "nr-no-broker", nobody)], [{ id: "state", type: "fencegate-state", broker: "b", actuator: "valve-4", wires: [[], []] }]));
+    expect(await statusMatching("state", /^cannot reach the broker/)).toEqual({ fill: "yellow", shape: "ring", text: "cannot reach the broker: connection refused" });
+    const warned = helper.log().getCalls().map((c) => c.args[0]).find((e) => String(e.msg).startsWith("fencegate: cannot reach"));
+    expect(warned?.msg).toBe(`fencegate: cannot reach the broker: connection refused (${nobody}, holder nr-no-broker); trying again`);
+  });
+
   it("with no holder named, each node acts as one derived from its host and flow", async () => {
     const flow = testFlow([{ ...brokerNode("b", ""), holder: "" }], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] }], ["lease-out"]);
     flow[0]!.label = "Pump house (valve 4)";

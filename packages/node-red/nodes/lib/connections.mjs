@@ -10,15 +10,15 @@ import { FencegateClient } from "fencegate-client";
 const RETRY_FIRST_MS = 500;
 const RETRY_MOST_MS = 10_000;
 
-/** One sentence on why connecting failed, for a node's status and the log. */
-export function connectProblem(err, url) {
+/** Why connecting failed, short enough for a node's status (the log adds the URL). */
+export function connectProblem(err) {
   const code = err?.code;
-  if (code === "ECONNREFUSED") return `cannot reach the broker at ${url}: connection refused`;
-  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return `cannot find the broker's host in ${url}`;
+  if (code === "ECONNREFUSED") return "cannot reach the broker: connection refused";
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return "cannot find the broker's host";
   // CONNACK refusals: 3.1.1 codes 4 and 5, MQTT 5 reasons 0x86 and 0x87 (Mosquitto answers a
   // wrong password with "not authorised").
   if ([4, 5, 0x86, 0x87].includes(code)) return "the broker refused the user name or password (or this client)";
-  return `cannot connect to ${url}: ${err?.message ?? String(err)}`;
+  return `cannot connect: ${err?.message ?? String(err)}`;
 }
 
 class SharedClient {
@@ -43,15 +43,15 @@ class SharedClient {
           await client.close().catch(() => {});
           return null;
         }
-        client.mqtt.on("offline", () => this.report(`lost the broker at ${this.options.url}; reconnecting`));
+        client.mqtt.on("offline", () => this.report("lost the broker; reconnecting"));
         client.mqtt.on("connect", () => this.report(null));
         this.client = client;
         this.report(null);
         return client;
       } catch (err) {
         if (this.closed) return null;
-        const problem = connectProblem(err, this.options.url);
-        if (problem !== this.problem) this.log.warn(`fencegate: ${problem} (holder ${this.options.holder}); trying again`);
+        const problem = connectProblem(err);
+        if (problem !== this.problem) this.log.warn(`fencegate: ${problem} (${this.options.url}, holder ${this.options.holder}); trying again`);
         this.report(problem);
         await new Promise((resolve) => {
           this.wake = resolve;
