@@ -61,7 +61,14 @@ export class FencegateTimeoutError extends Error {
 export class LeaseLostError extends Error {
   override readonly name = "LeaseLostError";
   readonly code = "LEASE_LOST" as const;
-  constructor(message: string, cause?: unknown) {
+  /**
+   * When the client itself saw the lease end, the contract code the gateway would give its
+   * token now: STALE_TOKEN (a newer token took the actuator), LEASE_EXPIRED (no renewal got
+   * through in time).
+   */
+  readonly contractCode: "STALE_TOKEN" | "LEASE_EXPIRED" | undefined;
+  constructor(message: string, cause?: unknown, contractCode?: "STALE_TOKEN" | "LEASE_EXPIRED") {
     super(message, { cause });
+    this.contractCode = contractCode;
   }
 }

@@ -12,6 +12,13 @@ export interface LeaseOptions {
   readonly ttlMs: number;
   /** Renew this often (default ttlMs / 3: two renewals may fail before the lease is at risk). */
   readonly renewEveryMs?: number;
+  /**
+   * Declare the lease lost the moment its expiry by this client's clock passes without a
+   * renewal (the last renewal sent + ttlMs, never later than the gateway's). Without it the
+   * lease is found lost only when the next renewal is due, which may wait for a request to
+   * time out: a controller that shows "held" must not show it longer than it can be true.
+   */
+  readonly expireLocally?: boolean;
 }
 
 export interface CommandOptions {
@@ -53,6 +60,7 @@ export class Lease extends EventEmitter {
   private lostReason: Error | null = null;
   private released = false;
   private renewTimer: NodeJS.Timeout | null = null;
+  private expiryTimer: NodeJS.Timeout | null = null;
   /** Our own conservative view of expiry: when the last successful renewal was *sent* + ttl. */
   private expiresAtMs: number;
   private unwatch: (() => Promise<void>) | null = null;
@@ -91,9 +99,21 @@ export class Lease extends EventEmitter {
     // A newer token on the retained state means someone else holds the actuator now.
     this.unwatch = await this.client.subscribe(`${this.client.base}/${this.actuator}/state`, (_t, body) => {
       const state = body as ActuatorState;
-      if (state.fence && state.fence.token > this.token) this.markLost(new LeaseLostError(`A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`));
+      if (state.fence && state.fence.token > this.token) this.markLost(new LeaseLostError(`A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`, undefined, "STALE_TOKEN"));
     });
     this.scheduleRenew(this.options.renewEveryMs ?? Math.floor(this.ttlMs / 3));
+    this.armExpiry();
+  }
+
+  private expired(): LeaseLostError {
+    return new LeaseLostError(`The lease on ${this.actuator} expired before a renewal got through.`, undefined, "LEASE_EXPIRED");
+  }
+
+  private armExpiry(): void {
+    if (!this.options.expireLocally || this.lostReason || this.released) return;
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
+    this.expiryTimer = setTimeout(() => this.markLost(this.expired()), Math.max(0, this.expiresAtMs - performance.now()));
+    this.expiryTimer.unref?.();
   }
 
   private scheduleRenew(inMs: number): void {
@@ -105,7 +125,7 @@ export class Lease extends EventEmitter {
   private async renewNow(): Promise<void> {
     if (this.lostReason || this.released) return;
     if (performance.now() >= this.expiresAtMs) {
-      this.markLost(new LeaseLostError(`The lease on ${this.actuator} expired before a renewal got through.`));
+      this.markLost(this.expired());
       return;
     }
     try {
@@ -129,7 +149,9 @@ export class Lease extends EventEmitter {
       if (err instanceof FencegateError) this.markLost(err);
       throw err;
     }
+    if (this.lostReason) return; // expired by our clock while the reply was on its way
     this.expiresAtMs = sentAtMs + this.ttlMs;
+    this.armExpiry();
     this.emit("renewed");
   }
 
@@ -196,6 +218,17 @@ export class Lease extends EventEmitter {
     await this.client.request(this.actuator, "lease/release", this.signedLeaseRequest("lease/release"));
   }
 
+  /**
+   * Stops renewing without telling the gateway: the lease runs out at its TTL unless this
+   * holder acquires it again, and then (acquire by the live holder) gets the same token. For
+   * a controller that restarts, not one that is done: that one releases.
+   */
+  abandon(): void {
+    if (this.released) return;
+    this.released = true;
+    this.stop();
+  }
+
   /** A renew or release body; on an authenticated lease with the next counter (against replays) and the mac. */
   private signedLeaseRequest(verb: "lease/renew" | "lease/release"): Record<string, unknown> {
     const body = { holder: this.holder, token: this.token };
@@ -213,7 +246,7 @@ export class Lease extends EventEmitter {
 
   private assertUsable(): void {
     if (this.lostReason) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} is lost: ${this.lostReason.message}`, this.lostReason);
-    if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released.`);
+    if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released or abandoned by this controller.`);
   }
 
   private markLost(reason: Error): void {
@@ -226,6 +259,8 @@ export class Lease extends EventEmitter {
   private stop(): void {
     if (this.renewTimer) clearTimeout(this.renewTimer);
     this.renewTimer = null;
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
+    this.expiryTimer = null;
     void this.unwatch?.();
     this.unwatch = null;
   }

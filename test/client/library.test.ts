@@ -89,9 +89,26 @@ describe("client library", () => {
     const reason = await lost;
     expect(reason).toBeInstanceOf(LeaseLostError);
     expect(reason.message).toContain(`newer token (${leaseB.token})`);
+    expect((reason as LeaseLostError).contractCode).toBe("STALE_TOKEN");
     await expect(leaseA.command({ position: 99 })).rejects.toBeInstanceOf(LeaseLostError);
     expect(sim.device(2).targetPosition).toBe(55);
     await leaseB.release();
+  });
+
+  it("with expireLocally, says the lease is lost the moment it expires unrenewed, not when a renewal times out", async () => {
+    const client = await connect("lib-expire-locally", { requestTimeoutMs: 5000 });
+    const lease = await client.acquire("valve-1", { ttlMs: 600, expireLocally: true });
+    const lost = new Promise<{ reason: Error; atMs: number }>((resolve) => lease.on("lost", (reason) => resolve({ reason, atMs: performance.now() })));
+    const frozenAtMs = performance.now();
+    broker.signal("SIGSTOP"); // the broker answers nothing: the renewal sent next hangs for 5 s
+    try {
+      const { reason, atMs } = await lost;
+      expect(reason).toMatchObject({ name: "LeaseLostError", contractCode: "LEASE_EXPIRED" });
+      expect(atMs - frozenAtMs).toBeLessThan(2000);
+    } finally {
+      broker.signal("SIGCONT");
+    }
+    await expect(lease.command({ position: 1 })).rejects.toBeInstanceOf(LeaseLostError);
   });
 
   it("marks the lease lost on a refusal that ends it, and reports fence and holder", async () => {

@@ -3,7 +3,7 @@
  * npm, and commands run from the installed tree.
  */
 import { execFile } from "node:child_process";
-import { cpSync, mkdirSync, readdirSync, statSync, symlinkSync } from "node:fs";
+import { cpSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 
@@ -41,18 +41,33 @@ export async function npmPack(cwd: string, dest: string, args: readonly string[]
   return join(dest, tarball!.filename);
 }
 
-/**
- * What the gateway's package is built from, copied into `dir` with this checkout's
- * node_modules linked: its prepack build then writes dist/ there, never under the
- * checkout, where other tests run bin/fencegate.mjs meanwhile.
- */
-export function gatewaySourceCopy(dir: string): string {
+/** `entries` of the checkout copied into `dir`, with this checkout's node_modules linked. */
+function sourceCopy(dir: string, entries: readonly string[]): string {
   mkdirSync(dir, { recursive: true });
-  for (const entry of ["package.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/client/package.json"]) {
-    cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
-  }
+  for (const entry of entries) cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
   symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"));
   return dir;
+}
+
+/**
+ * What the gateway's package is built from, copied into `dir`: its prepack build then
+ * writes dist/ there, never under the checkout, where other tests run bin/fencegate.mjs
+ * meanwhile.
+ */
+export function gatewaySourceCopy(dir: string): string {
+  return sourceCopy(dir, ["package.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/client/package.json"]);
+}
+
+/**
+ * What the controller package is built from, copied into `dir`; returns the package's
+ * directory there, to pack: its prepack removes and rebuilds dist/, which must not happen
+ * under the checkout while another test packs it there.
+ */
+export function clientSourceCopy(dir: string): string {
+  sourceCopy(dir, ["tsconfig.json", "src/client", "src/core", "packages/client/package.json", "packages/client/tsconfig.json", "packages/client/README.md", "packages/client/LICENSE"]);
+  // The sources are ES modules by the checkout's package.json; not its workspaces.
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "fencegate-sources", private: true, type: "module" }));
+  return join(dir, "packages/client");
 }
 
 /** Every file under `dir` (relative paths), symbolic links not followed. */

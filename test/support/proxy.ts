@@ -1,8 +1,9 @@
 /**
- * A TCP proxy between the daemon and the broker, to play a broker that cuts a client off
+ * A TCP proxy between a client and the broker, to play a broker that cuts a client off
  * for one particular packet: it forwards both ways, records what each connection sent
  * upstream, and drops a connection (both sides, the offending bytes unforwarded) the first
- * time its upstream bytes contain a given string.
+ * time its upstream bytes contain a given string. It can also hold everything both ways
+ * and let it go later, in order: what a paused controller's link looks like from outside.
  */
 import net from "node:net";
 
@@ -19,6 +20,10 @@ export interface TcpProxy {
   readonly connections: readonly ProxiedConnection[];
   /** Cuts the next connection whose upstream bytes come to contain `needle`; once. */
   cutOnUpstream(needle: string): void;
+  /** Forwards nothing, either way, on any connection: the bytes wait in the proxy. */
+  hold(): void;
+  /** Delivers what waited, in order, and forwards again. */
+  resume(): void;
   close(): Promise<void>;
 }
 
@@ -26,6 +31,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   const connections: ProxiedConnection[] = [];
   const sockets = new Set<net.Socket>();
   let needle: string | null = null;
+  /** While held: the writes that wait, in the order they came. */
+  let held: (() => void)[] | null = null;
+  const forward = (write: () => void) => (held ? held.push(write) : write());
   const server = net.createServer((client) => {
     const conn: ProxiedConnection = { upstream: "", cut: false };
     connections.push(conn);
@@ -48,9 +56,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
         broker.destroy();
         return;
       }
-      broker.write(chunk);
+      forward(() => broker.write(chunk));
     });
-    broker.on("data", (chunk: Buffer) => client.write(chunk));
+    broker.on("data", (chunk: Buffer) => forward(() => client.write(chunk)));
     client.on("end", () => broker.end());
     broker.on("end", () => client.end());
   });
@@ -62,6 +70,14 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     connections,
     cutOnUpstream(s) {
       needle = s;
+    },
+    hold() {
+      held ??= [];
+    },
+    resume() {
+      const waiting = held ?? [];
+      held = null;
+      for (const write of waiting) write();
     },
     async close() {
       for (const s of sockets) s.destroy();

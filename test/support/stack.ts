@@ -64,6 +64,8 @@ export interface StackOptions {
   readonly fenced: readonly string[];
   /** Extra node flags for the daemon (e.g. `--import` of a slow-disk emulation). */
   readonly nodeArgs?: readonly string[];
+  /** More Mosquitto configuration (another listener, a password file) after its plain anonymous listener, which the daemon uses. */
+  readonly brokerConfig?: string;
 }
 
 export interface Stack {
@@ -78,7 +80,7 @@ export interface Stack {
 /** Starts broker, simulator and daemon, and waits until the daemon is ready to serve. */
 export async function startStack(teardown: Teardown, options: StackOptions): Promise<Stack> {
   const dir = teardown.add(mkdtempSync(join(tmpdir(), `fencegate-${options.name}-`)), (d) => rmSync(d, { recursive: true, force: true }));
-  const broker = teardown.add(await startMosquitto(), (b) => b.stop());
+  const broker = teardown.add(await startMosquitto(options.brokerConfig), (b) => b.stop());
   const sim = teardown.add(await startSimulator({ ...options.sim?.(dir), tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
   const config = gatewayConfig({ ...options.gateway(sim.tcp!), brokerUrl: broker.url, journalPath: join(dir, "journal.db") });
   const daemon = teardown.add(DaemonProcess.start(dir, config, { nodeArgs: options.nodeArgs ?? [] }), (d) => stopDaemon(d));

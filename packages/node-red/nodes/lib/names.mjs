@@ -1,0 +1,28 @@
+/**
+ * Names as the contract allows them, and the holder id a node uses when its connection
+ * names none: derived from the host and the flow (the editor tab) the node sits on.
+ */
+import { HOLDER_PATTERN } from "fencegate-client";
+
+export { HOLDER_PATTERN };
+
+/** The contract's actuator id. */
+export const ACTUATOR_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+
+/** `text` with every run of characters a holder id cannot carry replaced by one "-". */
+function holderPart(text) {
+  return String(text ?? "")
+    .replace(/[^A-Za-z0-9._:-]+/g, "-")
+    .replace(/^-+|-+$/g, "");
+}
+
+/**
+ * `<host>.<flow name>`, e.g. `pump-house-pi.Valve-1-primary`: stable across restarts and
+ * redeploys (so a restarted Node-RED gets its own live lease back), distinct per flow. Two
+ * Node-RED instances on hosts of the same name with flows of the same name would be one
+ * holder: name the holder in the connection for anything but a trial.
+ */
+export function holderFromFlow(hostname, flowName, flowId) {
+  const flow = holderPart(flowName) || holderPart(flowId) || "flow";
+  return `${holderPart(hostname) || "node-red"}.${flow}`.slice(0, 128);
+}
