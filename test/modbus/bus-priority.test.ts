@@ -21,8 +21,8 @@ const UNITS = [1, 2, 3, 4, 5, 6, 7, 8];
 const TRIALS = 30;
 /** A fenced poll: FC06 keep-alive (8 + 8 bytes) and FC03 of the 3 point registers (8 + 11 bytes). */
 const POLL_LINE_MS = transactionLimitMs(8, 8, BAUD) + transactionLimitMs(8, 5 + 2 * 3, BAUD);
-/** Each unit polled again this long after its last poll: the 8 units' polls take about half the line. */
-const POLL_INTERVAL_MS = Math.round((UNITS.length * POLL_LINE_MS) / 0.5);
+/** Each unit polled again this long after its last poll: a round of the 8 units' polls and the pause take about twice the polls' line time. */
+const POLL_INTERVAL_MS = Math.round(UNITS.length * POLL_LINE_MS);
 
 const log = pino({ level: "silent" });
 const POLL_FUNCTIONS = new Set([3, 6]);
