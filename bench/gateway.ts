@@ -637,8 +637,9 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const readRegs = Math.max(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) - Math.min(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) + 1;
   const fc03Ms = transactionLimitMs(8, 5 + 2 * readRegs, BUS_BAUD);
   const limit = 1000 / fc16Ms;
-  // A fenced poll is a keep-alive and a read. The units poll in step, and each polls again an
-  // interval after its last poll ended: a round takes the 8 polls' line time plus the interval.
+  // A fenced poll is a keep-alive and a read; each unit polls again an interval after its last
+  // poll ended. Sized for units polling in step (a round: the 8 polls' line time plus the
+  // interval); as they drift apart they take more of the line. The measured share is reported.
   const roundMs = BUS_UNITS * (fc06Ms + fc03Ms);
   const halfLinePollMs = Math.round(roundMs / BUS_POLL_SHARE - roundMs);
   const transactionMs = Math.max(fc06Ms, fc03Ms);
@@ -651,6 +652,7 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     const keepAlives = after.units.reduce((a, d, i) => a + d.keepAlives - before.units[i]!.keepAlives, 0);
     return { fc16, keepAlives, reads: Math.max(0, after.requests - before.requests - fc16 - keepAlives) };
   };
+  const pollShareOf = (c: ReturnType<typeof carried>, ms: number) => (c.keepAlives * fc06Ms + c.reads * fc03Ms) / ms;
   const gatewayOnLine = (pollIntervalMs: number, profileName?: string) =>
     startGateway(world, {
       buses: { rs485: { type: "rtu", path: pty.master, baudRate: BUS_BAUD, timeoutMs: 1000 } },
@@ -676,16 +678,14 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     const polled = await gatewayOnLine(halfLinePollMs);
     const beside = await acquireAll(world, `bus-polls-${r}`, ["unit-1"]);
     await sleep(2 * halfLinePollMs); // the polls under way
-    const pollsAlone = counted();
+    const atStart = counted();
     let t0 = performance.now();
     await sleep(1000);
-    const pollsBefore = counted();
-    const alonePolls = carried(pollsAlone, pollsBefore);
-    const pollShareAlone = (alonePolls.keepAlives * fc06Ms + alonePolls.reads * fc03Ms) / (performance.now() - t0);
+    const atCommands = counted();
+    const pollShareAlone = pollShareOf(carried(atStart, atCommands), performance.now() - t0);
     t0 = performance.now();
     const withPolls = dist(await timeEach(sequential, () => beside.leases[0]!.command({ position: i++ % 100 })));
-    const polls = carried(pollsBefore, counted());
-    const pollShare = (polls.keepAlives * fc06Ms + polls.reads * fc03Ms) / (performance.now() - t0);
+    const pollShare = pollShareOf(carried(atCommands, counted()), performance.now() - t0);
     await releaseAll(beside.clients, beside.leases);
     await polled.stop();
 
