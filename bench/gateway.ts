@@ -597,12 +597,36 @@ export interface BusResult {
   readonly directPerSecond: Spread;
   /** The gateway's commands/s over the direct master's. */
   readonly fractionOfDirect: Spread;
+  /** Commands beside polls that take half the line (issue 14 item 5). */
+  readonly besidePolls: BusBesidePolls;
+}
+
+/**
+ * One controller's sequential commands to one unit, on the same line: alone (the floor:
+ * polls every BUS_POLL_MS), and beside polls of every unit configured to take half the line
+ * by frame sizes. Target: p99 beside polls ≤ the floor's p99 + one transaction at the baud
+ * (the poll a command may find on the wire; it never waits behind a queue of them).
+ */
+export interface BusBesidePolls {
+  readonly pollIntervalMs: number;
+  /** The longest poll transaction at the line's baud (FC03 of the points), ms. */
+  readonly transactionMs: number;
+  readonly commands: number;
+  readonly alone: { readonly p50: Spread; readonly p99: Spread };
+  readonly withPolls: { readonly p50: Spread; readonly p99: Spread };
+  /** The polls' line time (keep-alives and reads, by frame size) / wall time: before the commands, and while they ran. */
+  readonly pollShareAlone: Spread;
+  readonly pollShare: Spread;
+  /** p99 beside polls − (the floor's p99 + one transaction), per repeat: ≤ 0 meets the target. */
+  readonly p99OverTarget: Spread;
 }
 
 const BUS_UNITS = 8;
 const BUS_BAUD = 115200;
 /** Long, and said so: at 1 s the 8 units' polls (FC06 + FC03 each) would take ~10 % of the line. */
 const BUS_POLL_MS = 10_000;
+/** The share of the line the polls are configured to take (by frame sizes) in the commands-beside-polls run. */
+const BUS_POLL_SHARE = 0.5;
 
 async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const units = Array.from({ length: BUS_UNITS }, (_, i) => i + 1);
@@ -613,31 +637,64 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const readRegs = Math.max(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) - Math.min(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) + 1;
   const fc03Ms = transactionLimitMs(8, 5 + 2 * readRegs, BUS_BAUD);
   const limit = 1000 / fc16Ms;
+  // A fenced poll is a keep-alive and a read; each unit polls again an interval after its last
+  // poll ended. Sized for units polling in step (a round: the 8 polls' line time plus the
+  // interval); as they drift apart they take more of the line. The measured share is reported.
+  const roundMs = BUS_UNITS * (fc06Ms + fc03Ms);
+  const halfLinePollMs = Math.round(roundMs / BUS_POLL_SHARE - roundMs);
+  const transactionMs = Math.max(fc06Ms, fc03Ms);
+  const sequential = o.quick ? 500 : 2000;
   const repeats = Math.max(1, Math.min(o.repeats, 3));
-  const runs: { perSecond: number; occupancy: number; other: number; p99: number; direct: number }[] = [];
-  for (let r = 0; r < repeats; r++) {
-    const direct = await floorBusLine(pty, sim, units, Math.min(3000, o.windowMs));
-    const gw = await startGateway(world, {
-      buses: { rs485: { type: "rtu", path: pty.master, baudRate: BUS_BAUD, timeoutMs: 1000 } },
-      actuators: units.map((u) => valve(`unit-${u}`, "rs485", u, "fenced", { pollIntervalMs: BUS_POLL_MS })),
-      ...(r === 0 ? { profileName: "bus" } : {}),
-    });
-    const { clients, leases } = await acquireAll(world, `bus-${r}`, units.map((u) => `unit-${u}`));
-    const before = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
-    const load = await closedLoop(gw, leases, o.windowMs, 500);
-    // The counters cover warm-up and drain too: scale by their own span, not the window.
-    const after = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
-    await releaseAll(clients, leases);
-    await gw.stop();
+  const counted = () => ({ requests: sim.counters.requests, units: units.map((u) => sim.device(u)) });
+  /** Commands, keep-alives and reads the line carried between two counts. */
+  const carried = (before: ReturnType<typeof counted>, after: ReturnType<typeof counted>) => {
     const fc16 = after.units.reduce((a, d, i) => a + d.appliedCount - before.units[i]!.appliedCount + d.refusalCount - before.units[i]!.refusalCount, 0);
     const keepAlives = after.units.reduce((a, d, i) => a + d.keepAlives - before.units[i]!.keepAlives, 0);
-    const requests = after.requests - before.requests;
-    const reads = Math.max(0, requests - fc16 - keepAlives);
+    return { fc16, keepAlives, reads: Math.max(0, after.requests - before.requests - fc16 - keepAlives) };
+  };
+  const pollShareOf = (c: ReturnType<typeof carried>, ms: number) => (c.keepAlives * fc06Ms + c.reads * fc03Ms) / ms;
+  const gatewayOnLine = (pollIntervalMs: number, profileName?: string) =>
+    startGateway(world, {
+      buses: { rs485: { type: "rtu", path: pty.master, baudRate: BUS_BAUD, timeoutMs: 1000 } },
+      actuators: units.map((u) => valve(`unit-${u}`, "rs485", u, "fenced", { pollIntervalMs })),
+      ...(profileName ? { profileName } : {}),
+    });
+  const runs: { perSecond: number; occupancy: number; other: number; p99: number; direct: number; alone: Dist; withPolls: Dist; pollShareAlone: number; pollShare: number }[] = [];
+  for (let r = 0; r < repeats; r++) {
+    const direct = await floorBusLine(pty, sim, units, Math.min(3000, o.windowMs));
+    const gw = await gatewayOnLine(BUS_POLL_MS, r === 0 ? "bus" : undefined);
+    const { clients, leases } = await acquireAll(world, `bus-${r}`, units.map((u) => `unit-${u}`));
+    const before = counted();
+    const load = await closedLoop(gw, leases, o.windowMs, 500);
+    // The counters cover warm-up and drain too: scale by their own span, not the window.
+    const { fc16, keepAlives, reads } = carried(before, counted());
     const otherShare = (keepAlives * fc06Ms + reads * fc03Ms) / (fc16 * fc16Ms + keepAlives * fc06Ms + reads * fc03Ms);
     const occupancy = (load.perSecond * fc16Ms) / 1000 / (1 - otherShare);
-    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99, direct });
+    let i = 0;
+    const alone = dist(await timeEach(sequential, () => leases[0]!.command({ position: i++ % 100 })));
+    await releaseAll(clients, leases);
+    await gw.stop();
+
+    const polled = await gatewayOnLine(halfLinePollMs);
+    const beside = await acquireAll(world, `bus-polls-${r}`, ["unit-1"]);
+    await sleep(2 * halfLinePollMs); // the polls under way
+    const atStart = counted();
+    let t0 = performance.now();
+    await sleep(1000);
+    const atCommands = counted();
+    const pollShareAlone = pollShareOf(carried(atStart, atCommands), performance.now() - t0);
+    t0 = performance.now();
+    const withPolls = dist(await timeEach(sequential, () => beside.leases[0]!.command({ position: i++ % 100 })));
+    const pollShare = pollShareOf(carried(atCommands, counted()), performance.now() - t0);
+    await releaseAll(beside.clients, beside.leases);
+    await polled.stop();
+
+    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99, direct, alone, withPolls, pollShareAlone, pollShare });
     world.log(
       `  bus repeat ${r + 1}/${repeats}: ${load.perSecond.toFixed(1)} commands/s = ${((load.perSecond / limit) * 100).toFixed(1)} % of ${limit.toFixed(1)}/s; line occupancy ${(occupancy * 100).toFixed(1)} %; direct master ${direct.toFixed(1)}/s`,
+    );
+    world.log(
+      `    one controller: alone p50 ${alone.p50.toFixed(2)} p99 ${alone.p99.toFixed(2)} ms; beside polls (${(pollShareAlone * 100).toFixed(0)} % of the line alone, ${(pollShare * 100).toFixed(0)} % beside the commands) p50 ${withPolls.p50.toFixed(2)} p99 ${withPolls.p99.toFixed(2)} ms (target p99 ≤ ${(alone.p99 + transactionMs).toFixed(2)})`,
     );
   }
   const perSecond = spread(runs.map((x) => x.perSecond));
@@ -653,6 +710,16 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     p99: spread(runs.map((x) => x.p99)),
     directPerSecond: spread(runs.map((x) => x.direct)),
     fractionOfDirect: spread(runs.map((x) => x.perSecond / x.direct)),
+    besidePolls: {
+      pollIntervalMs: halfLinePollMs,
+      transactionMs,
+      commands: sequential,
+      alone: { p50: spread(runs.map((x) => x.alone.p50)), p99: spread(runs.map((x) => x.alone.p99)) },
+      withPolls: { p50: spread(runs.map((x) => x.withPolls.p50)), p99: spread(runs.map((x) => x.withPolls.p99)) },
+      pollShareAlone: spread(runs.map((x) => x.pollShareAlone)),
+      pollShare: spread(runs.map((x) => x.pollShare)),
+      p99OverTarget: spread(runs.map((x) => x.withPolls.p99 - (x.alone.p99 + transactionMs))),
+    },
   };
 }
 
@@ -1034,7 +1101,12 @@ function judge(r: BenchResult): void {
     t.push({ name: "latency p50 / floors' p50 sum", value: `×${r.latency.ratioP50.median.toFixed(2)}`, target: "≤ ×1.3", met: r.latency.ratioP50.median <= 1.3 });
     t.push({ name: "latency p99 / floors' p99 sum", value: `×${r.latency.ratioP99.median.toFixed(2)}`, target: "≤ ×3", met: r.latency.ratioP99.median <= 3 });
   }
-  if (r.bus) t.push({ name: "shared bus commands / line limit", value: pct(r.bus.fractionOfLimit.median), target: "≥ 90 %", met: r.bus.fractionOfLimit.median >= 0.9 });
+  if (r.bus) {
+    t.push({ name: "shared bus commands / line limit", value: pct(r.bus.fractionOfLimit.median), target: "≥ 90 %", met: r.bus.fractionOfLimit.median >= 0.9 });
+    const P = r.bus.besidePolls;
+    const bound = P.alone.p99.median + P.transactionMs;
+    t.push({ name: "shared bus command p99 beside half-line polls", value: `${P.withPolls.p99.median.toFixed(2)} ms`, target: `≤ ${bound.toFixed(2)} ms = floor p99 + 1 transaction`, met: P.withPolls.p99.median <= bound });
+  }
   const scaleTargets = (points: readonly ScalePoint[] | undefined, disk: string) => {
     for (const p of (points ?? []).filter((p) => p.actuators > 1 && p.actuators <= 16)) {
       t.push({ name: `scale-out ${p.actuators} actuators vs linear, ${disk}`, value: `×${p.growthVsLinear.toFixed(2)}`, target: "≥ ×0.7", met: p.growthVsLinear >= 0.7 });
@@ -1098,6 +1170,12 @@ function report(r: BenchResult): void {
     console.log(`  direct master, no gateway (the ceiling here) ${sp(B.directPerSecond, 1)} commands/s = ${(B.directPerSecond.median / B.commandLimitPerSecond).toFixed(3)} of the limit; gateway / direct ${sp(B.fractionOfDirect, 3)}`);
     console.log(`  line occupancy   ${sp(B.lineOccupancy, 3)} (commands + polls + keep-alives, by frame size)`);
     console.log(`  other transactions/s (polls, keep-alives) ${sp(B.otherTransactionsPerSecond, 1)}; command p99 ${sp(B.p99, 1)} ms`);
+    const P = B.besidePolls;
+    console.log(`  one controller, ${P.commands} sequential commands to unit 1 × ${B.perSecond.values.length} repeats:`);
+    console.log(`    alone (the floor; polls every ${B.pollIntervalMs} ms)   p50 ${sp(P.alone.p50, 2)}   p99 ${sp(P.alone.p99, 2)} ms`);
+    console.log(`    beside polls every ${P.pollIntervalMs} ms            p50 ${sp(P.withPolls.p50, 2)}   p99 ${sp(P.withPolls.p99, 2)} ms`);
+    console.log(`    the polls' share of the line (by frame sizes): alone ${sp(P.pollShareAlone, 3)} (configured ${BUS_POLL_SHARE}); beside the commands ${sp(P.pollShare, 3)}`);
+    console.log(`    one transaction at ${B.baud} baud (the longest poll transaction) ${P.transactionMs.toFixed(2)} ms; p99 − (floor p99 + it) ${sp(P.p99OverTarget, 2)} ms (≤ 0 meets)`);
   }
   if (r.contention) {
     const C = r.contention;

@@ -60,6 +60,8 @@ export interface SimulatorOptions {
   readonly clock?: () => number;
   /** RTU silence that ends a frame, ms; default max(t3.5, 3). */
   readonly silenceMs?: number;
+  /** Called with every request taken off the line, in order, before it is handled (tests watch the order of frames). */
+  readonly onRequest?: (unit: number, functionCode: number) => void;
 }
 
 /** The control-channel commands (also accepted in-process by `handle.control`). */
@@ -159,7 +161,7 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
   }));
   const fileEeprom = options.stateFile ? new FileEeprom(options.stateFile, options.loseUnsynced ?? false) : undefined;
   const eeprom: Eeprom = fileEeprom ?? new MemoryEeprom();
-  const station = new Station(configs, eeprom, clock);
+  const station = new Station(configs, eeprom, clock, options.onRequest);
 
   const baud = options.serial?.baud ?? options.baud ?? 115200;
   const line = options.lineRate ? new LineClock(baud) : undefined;

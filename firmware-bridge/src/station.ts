@@ -54,6 +54,8 @@ export class Station {
     configs: readonly DeviceConfig[],
     private readonly eeprom: Eeprom,
     private readonly clock: () => number,
+    /** Sees every request, in the order the line carried them, before it is handled. */
+    private readonly onRequest?: (unit: number, functionCode: number) => void,
   ) {
     for (const c of configs) this.units.set(c.unit, { device: new Device(c, eeprom, clock()), faults: noFaults() });
   }
@@ -106,6 +108,7 @@ export class Station {
   /** One request for `unit` (0 = broadcast: every unit acts, nobody answers). */
   handle(unit: number, pdu: Buffer): Reply | null {
     this.counters.requests++;
+    this.onRequest?.(unit, pdu[0] ?? 0);
     if (unit === 0) {
       for (const id of this.unitIds()) this.handleOne(id, pdu);
       return null;

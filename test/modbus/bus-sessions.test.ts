@@ -29,7 +29,7 @@ function tcpBus(port: number, timeoutMs = 400): ModbusBus {
   return b;
 }
 
-const readFence = (b: ModbusBus) => b.transact(1, (c) => c.readHoldingRegisters(0x10, 4));
+const readFence = (b: ModbusBus) => b.transact(1, "command", (c) => c.readHoldingRegisters(0x10, 4));
 
 describe("a bus closed and started again", () => {
   it("keeps retrying to open after a close that cancelled a pending retry", async () => {

@@ -1,7 +1,8 @@
 /**
  * One Modbus bus (an RS-485 line behind a serial adapter, or a Modbus TCP connection):
- * exclusive ownership, one transaction at a time, fair round-robin between the units on
- * it, a per-transaction timeout, and reopening with backoff when the link goes away.
+ * exclusive ownership, one transaction at a time, commands ahead of polls and round-robin
+ * between the units on it ({@link BusQueue} has the rule), a per-transaction timeout, and
+ * reopening with backoff when the link goes away.
  * It never throws the daemon out because a device or adapter disappeared.
  *
  * A unit's health: requests that got no usable answer (a timeout, or a malformed answer)
@@ -13,6 +14,7 @@ import type { Logger } from "pino";
 import ModbusSerial from "modbus-serial";
 import type { BusConfig } from "../../config/schema.ts";
 import { DeviceAnswerError } from "../../shell/ports.ts";
+import { BusQueue, type TransactionClass } from "./bus-queue.ts";
 import { openFailure } from "./open-failure.ts";
 import { RtuPort, type RtuLineOptions } from "./rtu-port.ts";
 import { TcpPort } from "./tcp-port.ts";
@@ -37,7 +39,7 @@ export interface BusOptions {
   readonly quietAfterTimeoutMs: number;
   /** Requests in a row without a usable answer (timeouts, malformed answers) after which a unit is reported offline. */
   readonly offlineAfterFailures: number;
-  /** Bound on transactions waiting per unit. */
+  /** Bound on transactions waiting per unit, for each class (commands, polls). */
   readonly queueLimitPerUnit: number;
   /**
    * Gateway group: whether a frame may go out now, asked right before each transaction. A
@@ -87,9 +89,8 @@ export class ModbusBus extends EventEmitter {
   private port: RtuPort | TcpPort | null = null;
   /** Ends the transaction in progress at once: its port saw a malformed answer. */
   private failCurrent: ((err: unknown) => void) | null = null;
-  private readonly queues = new Map<number, Job[]>();
+  private readonly queue: BusQueue<Job>;
   private readonly units: number[] = [];
-  private rotation = 0;
   private busy = false;
   private up = false;
   private closed = false;
@@ -111,11 +112,12 @@ export class ModbusBus extends EventEmitter {
   ) {
     super();
     this.reopenDelayMs = options.reopenMinMs;
+    this.queue = new BusQueue(options.queueLimitPerUnit);
   }
 
   addUnit(unit: number): void {
-    if (!this.queues.has(unit)) {
-      this.queues.set(unit, []);
+    if (!this.queue.has(unit)) {
+      this.queue.addUnit(unit);
       this.units.push(unit);
       this.online.set(unit, false);
     }
@@ -144,28 +146,15 @@ export class ModbusBus extends EventEmitter {
     this.open();
   }
 
-  /** Runs one transaction for `unit` when the bus is free and it is that unit's turn. */
-  transact<T>(unit: number, run: (client: ModbusClient) => Promise<T>): Promise<T> {
+  /** Runs one transaction for `unit` when the bus is free and it is that transaction's turn (commands before polls). */
+  transact<T>(unit: number, kind: TransactionClass, run: (client: ModbusClient) => Promise<T>): Promise<T> {
     if (!this.up || this.closed) return Promise.reject(new LinkDownError(`bus ${this.options.name} is down`));
-    const queue = this.queues.get(unit);
-    if (!queue) return Promise.reject(new Error(`unit ${unit} is not on bus ${this.options.name}`));
-    if (queue.length >= this.options.queueLimitPerUnit) return Promise.reject(new BusBusyError(`unit ${unit} has ${queue.length} transactions waiting`));
+    if (!this.queue.has(unit)) return Promise.reject(new Error(`unit ${unit} is not on bus ${this.options.name}`));
     return new Promise<T>((resolve, reject) => {
-      queue.push({ run, resolve: resolve as (v: unknown) => void, reject });
+      const queued = this.queue.push(unit, kind, { run, resolve: resolve as (v: unknown) => void, reject });
+      if (!queued.queued) return reject(new BusBusyError(`unit ${unit} has ${queued.waiting} ${kind === "poll" ? "polls" : "commands"} waiting`));
       this.pump();
     });
-  }
-
-  private nextJob(): Job | undefined {
-    for (let i = 0; i < this.units.length; i++) {
-      const unit = this.units[(this.rotation + i) % this.units.length]!;
-      const job = this.queues.get(unit)!.shift();
-      if (job) {
-        this.rotation = (this.rotation + i + 1) % this.units.length;
-        return Object.assign(job, { unit });
-      }
-    }
-    return undefined;
   }
 
   private pump(): void {
@@ -181,16 +170,17 @@ export class ModbusBus extends EventEmitter {
       }, Math.ceil(wait));
       return;
     }
-    let job = this.nextJob() as (Job & { unit: number }) | undefined;
-    while (job && this.options.permit && !this.options.permit()) {
-      job.reject(new LinkDownError(`this gateway may not drive bus ${this.options.name} now (it is not the group's active gateway)`));
-      job = this.nextJob() as (Job & { unit: number }) | undefined;
+    let next = this.queue.next();
+    while (next && this.options.permit && !this.options.permit()) {
+      next.job.reject(new LinkDownError(`this gateway may not drive bus ${this.options.name} now (it is not the group's active gateway)`));
+      next = this.queue.next();
     }
-    if (!job || !this.client) return;
+    if (!next || !this.client) return;
+    const { unit, job } = next;
     this.busy = true;
     const startedMs = performance.now();
     const done = (result: "ok" | "exception" | "timeout" | "malformed" | "error") => {
-      this.emit("transaction", job.unit, (performance.now() - startedMs) / 1000, result);
+      this.emit("transaction", unit, (performance.now() - startedMs) / 1000, result);
     };
     // A transaction of a session closed since settles its caller and touches nothing else.
     const current = () => generation === this.generation;
@@ -200,7 +190,7 @@ export class ModbusBus extends EventEmitter {
         (value) => {
           if (current()) {
             done("ok");
-            this.noteAnswer(job.unit);
+            this.noteAnswer(unit);
           }
           job.resolve(value);
         },
@@ -212,16 +202,16 @@ export class ModbusBus extends EventEmitter {
             const ignored = this.port?.ignored;
             const why = `no answer within ${this.options.timeoutMs} ms${ignored ? `; the ${this.options.link.kind === "rtu" ? "line" : "connection"} carried ${ignored} instead` : ""}`;
             this.quietUntil = performance.now() + this.options.quietAfterTimeoutMs;
-            this.noteFailure(job.unit, why);
+            this.noteFailure(unit, why);
             job.reject(new TransactionTimeoutError(`Timed out: ${why}`));
             return;
           }
           if (err instanceof DeviceAnswerError) {
             done("malformed");
-            this.noteFailure(job.unit, `a malformed answer: ${err.message}`);
+            this.noteFailure(unit, `a malformed answer: ${err.message}`);
           } else if (modbusExceptionCode(err) !== undefined) {
             done("exception"); // still an answer: the unit is there
-            this.noteAnswer(job.unit);
+            this.noteAnswer(unit);
           } else {
             done("error");
           }
@@ -316,8 +306,8 @@ export class ModbusBus extends EventEmitter {
     this.port = null;
     this.log.warn({ reason }, "bus lost; reopening with backoff");
     this.emit("link", false);
+    for (const job of this.queue.drain()) job.reject(new LinkDownError(`bus ${this.options.name} went down`));
     for (const unit of this.units) {
-      for (const job of this.queues.get(unit)!.splice(0)) job.reject(new LinkDownError(`bus ${this.options.name} went down`));
       this.failures.set(unit, 0);
       this.sessions.set(unit, this.session(unit) + 1);
       this.setUnit(unit, false, `bus ${this.options.name} is down (${reason}); reopening`);
@@ -348,7 +338,7 @@ export class ModbusBus extends EventEmitter {
     const opening = this.opening; // this session's: a start() meanwhile begins another
     this.up = false;
     this.client = null;
-    for (const queue of this.queues.values()) for (const job of queue.splice(0)) job.reject(new LinkDownError("bus closed"));
+    for (const job of this.queue.drain()) job.reject(new LinkDownError("bus closed"));
     // Unknown until the bus is open again: the first answer then reports each unit online,
     // and what was learnt about each device (its identity) is learnt again.
     for (const unit of this.units) {

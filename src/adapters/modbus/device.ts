@@ -17,12 +17,16 @@
  * Plain profile: each point is written at its register, with FC16, or with FC06 for a
  * one-register point when `writeFunction` is fc06; the gateway is the only arbiter, so
  * nothing may write to such a device except through the gateway.
+ *
+ * On the bus, `read` is a poll; everything else (a command and the reads it needs first, the
+ * fence read and raise that leases wait for) is a command, and goes ahead of waiting polls.
  */
 import { EXCEPTION, FENCED, FENCE_REFUSED_EXCEPTION, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, encodeFenceRaise, refusalName, u32ToWords, u64ToWords } from "../../../firmware-bridge/src/profile.ts";
 import type { PointConfig } from "../../config/schema.ts";
 import type { Fence, Outcome, PointValues } from "../../core/types.ts";
 import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort, type FenceRaise } from "../../shell/ports.ts";
 import { BusBusyError, LinkDownError, isTimeout, modbusExceptionCode, type ModbusBus, type ModbusClient } from "./bus.ts";
+import type { TransactionClass } from "./bus-queue.ts";
 import { decodePoint, encodePoint, registerSpan } from "./codec.ts";
 import { describeException, exceptionOutcome, hex } from "./exceptions.ts";
 
@@ -98,8 +102,8 @@ export class ModbusDevice implements DevicePort {
     this.setpoints = Object.entries(options.points).filter(([, p]) => p.writable);
   }
 
-  private transact<T>(run: (client: ModbusClient) => Promise<T>): Promise<T> {
-    return this.options.bus.transact(this.options.unit, run);
+  private transact<T>(kind: TransactionClass, run: (client: ModbusClient) => Promise<T>): Promise<T> {
+    return this.options.bus.transact(this.options.unit, kind, run);
   }
 
   private session(): number {
@@ -109,19 +113,19 @@ export class ModbusDevice implements DevicePort {
   async read(): Promise<PointValues> {
     const { unit, profile } = this.options;
     if (profile === "fenced") {
-      await this.checkIdentity();
+      await this.checkIdentity("poll");
       // Reading the fenced device's keep-alive register would not feed its watchdog; a write does.
-      await this.transact((c) => call((cb) => c.writeFC6(unit, FENCED.KEEPALIVE, 1, cb)));
+      await this.transact("poll", (c) => call((cb) => c.writeFC6(unit, FENCED.KEEPALIVE, 1, cb)));
     }
     const values: Record<string, number> = {};
-    for (const r of this.reads) Object.assign(values, await this.readSpan(r));
+    for (const r of this.reads) Object.assign(values, await this.readSpan(r, "poll"));
     return values;
   }
 
   async readFence(): Promise<Fence | null> {
     if (this.options.profile !== "fenced") return null;
-    await this.checkIdentity();
-    const fence = decodeFence(await this.readRegisters("holding", FENCED.FENCE_START, FENCED.FENCE_COUNT));
+    await this.checkIdentity("command");
+    const fence = decodeFence(await this.readRegisters("command", "holding", FENCED.FENCE_START, FENCED.FENCE_COUNT));
     // Only the device's token is comparable with ours: its seq is our per-token write count.
     return { token: fence.token, seq: null };
   }
@@ -130,11 +134,11 @@ export class ModbusDevice implements DevicePort {
     const { unit, profile } = this.options;
     if (profile !== "fenced") return { kind: "unsupported", message: "A plain device keeps no fence of its own." };
     try {
-      await this.checkIdentity();
+      await this.checkIdentity("command");
       // The next device seq under the token, like a command's: the gateway's own safe write
       // may have gone out under it already (the raise then sits above it).
       const seq = this.deviceSeqFor(token);
-      await this.transact((c) => call((cb) => c.writeFC16(unit, FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), cb)));
+      await this.transact("command", (c) => call((cb) => c.writeFC16(unit, FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), cb)));
       return { kind: "raised" };
     } catch (err) {
       const modbusCode = modbusExceptionCode(err);
@@ -159,8 +163,8 @@ export class ModbusDevice implements DevicePort {
   }
 
   /** One read of a span: its points' values, and what they say about the setpoints in it. */
-  private async readSpan(r: ReadSpan): Promise<PointValues> {
-    const data = await this.readRegisters(r.table, r.start, r.count);
+  private async readSpan(r: ReadSpan, kind: TransactionClass): Promise<PointValues> {
+    const data = await this.readRegisters(kind, r.table, r.start, r.count);
     const values: Record<string, number> = {};
     const known = this.knownSetpoints();
     for (const [name, point] of r.points) {
@@ -178,10 +182,10 @@ export class ModbusDevice implements DevicePort {
     return values;
   }
 
-  private async readRegisters(table: PointConfig["table"], start: number, count: number): Promise<number[]> {
+  private async readRegisters(kind: TransactionClass, table: PointConfig["table"], start: number, count: number): Promise<number[]> {
     const { unit } = this.options;
     try {
-      const result = await this.transact((c) => call<{ data: number[] }>((cb) => (table === "holding" ? c.writeFC3(unit, start, count, cb) : c.writeFC4(unit, start, count, cb))));
+      const result = await this.transact(kind, (c) => call<{ data: number[] }>((cb) => (table === "holding" ? c.writeFC3(unit, start, count, cb) : c.writeFC4(unit, start, count, cb))));
       return result.data;
     } catch (err) {
       const code = modbusExceptionCode(err);
@@ -204,14 +208,14 @@ export class ModbusDevice implements DevicePort {
    * registers as the configuration's writable points take, once per bus session (a device
    * that does not is checked again on every call, so a corrected one is taken up).
    */
-  private async checkIdentity(): Promise<void> {
+  private async checkIdentity(kind: TransactionClass): Promise<void> {
     const session = this.session();
     if (this.identitySession === session) return;
     const mismatch = (problem: string) =>
       new DeviceMismatchError(`Unit ${this.options.unit} is not the fenced device configured: ${problem}. Nothing is written to it and no lease is granted until it identifies right.`);
     let regs: number[];
     try {
-      regs = await this.readRegisters("holding", FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT);
+      regs = await this.readRegisters(kind, "holding", FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT);
     } catch (err) {
       // A fenced device answers reads of its whole map: an exception here says it is something else.
       if (err instanceof ReadExceptionError) throw mismatch(`it answers a read of the identity block (registers 0-7) with ${describeException(err.code)}`);
@@ -239,11 +243,11 @@ export class ModbusDevice implements DevicePort {
   }
 
   private async writeFenced(cmd: DeviceCommand): Promise<PointValues> {
-    await notSent("checking the device's identity", () => this.checkIdentity());
+    await notSent("checking the device's identity", () => this.checkIdentity("command"));
     const unknown = this.setpoints.filter(([name]) => cmd.set[name] === undefined && !this.knownSetpoints().has(name));
     if (unknown.length > 0) {
       await notSent("reading the setpoints the command leaves out", async () => {
-        for (const r of planReads(Object.fromEntries(unknown))) await this.readSpan(r);
+        for (const r of planReads(Object.fromEntries(unknown))) await this.readSpan(r, "command");
       });
     }
     const known = this.knownSetpoints();
@@ -260,7 +264,7 @@ export class ModbusDevice implements DevicePort {
     const seq = this.deviceSeqFor(cmd.token);
     if (seq > MAX_SEQ) throw new SeqExhaustedError();
     const { unit } = this.options;
-    await this.transact((c) => call((cb) => c.writeFC16(unit, FENCED.COMMAND_START, [...u64ToWords(BigInt(cmd.token)), ...u32ToWords(seq), ...words], cb)));
+    await this.transact("command", (c) => call((cb) => c.writeFC16(unit, FENCED.COMMAND_START, [...u64ToWords(BigInt(cmd.token)), ...u32ToWords(seq), ...words], cb)));
     for (const [name] of this.setpoints) known.set(name, applied[name]!);
     return Object.fromEntries(Object.keys(cmd.set).map((name) => [name, applied[name]!]));
   }
@@ -273,8 +277,8 @@ export class ModbusDevice implements DevicePort {
       for (const [name, value] of Object.entries(cmd.set)) {
         const point = points[name]!;
         const words = encodePoint(point, value);
-        if (words.length === 1 && writeFunction === "fc06") await this.transact((c) => call((cb) => c.writeFC6(unit, point.register, words[0]!, cb)));
-        else await this.transact((c) => call((cb) => c.writeFC16(unit, point.register, words, cb)));
+        if (words.length === 1 && writeFunction === "fc06") await this.transact("command", (c) => call((cb) => c.writeFC6(unit, point.register, words[0]!, cb)));
+        else await this.transact("command", (c) => call((cb) => c.writeFC16(unit, point.register, words, cb)));
         applied[name] = decodePoint(point, words);
         written++;
       }
@@ -315,7 +319,7 @@ export class ModbusDevice implements DevicePort {
 
   private async refusalReason(): Promise<string> {
     try {
-      return refusalName(decodeFence(await this.readRegisters("holding", FENCED.FENCE_START, FENCED.FENCE_COUNT)).lastRefusalReason);
+      return refusalName(decodeFence(await this.readRegisters("command", "holding", FENCED.FENCE_START, FENCED.FENCE_COUNT)).lastRefusalReason);
     } catch {
       return "reason unreadable";
     }
