@@ -158,7 +158,8 @@ export class ModbusBus extends EventEmitter {
   }
 
   private pump(): void {
-    if (this.busy || !this.up) return;
+    // Without a client nothing may leave the queue: a job taken off it would never settle.
+    if (this.busy || !this.up || !this.client) return;
     const generation = this.generation;
     const wait = this.quietUntil - performance.now();
     if (wait > 0) {
@@ -175,7 +176,7 @@ export class ModbusBus extends EventEmitter {
       next.job.reject(new LinkDownError(`this gateway may not drive bus ${this.options.name} now (it is not the group's active gateway)`));
       next = this.queue.next();
     }
-    if (!next || !this.client) return;
+    if (!next) return;
     const { unit, job } = next;
     this.busy = true;
     const startedMs = performance.now();
