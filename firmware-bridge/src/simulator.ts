@@ -6,12 +6,12 @@
 import fs from "node:fs";
 import net from "node:net";
 import { performance } from "node:perf_hooks";
-import { SerialPort } from "serialport";
 import * as z from "zod";
 import { MemoryEeprom } from "./device.ts";
 import type { DeviceConfig, DeviceSnapshot, Eeprom, Profile } from "./device.ts";
 import { POSITION_SCALE, PROFILE_VERSION_1_0, positionToRaw } from "./profile.ts";
 import { RtuFramer, charsMs, t35Ms, withCrc } from "./rtu.ts";
+import { openSerialPort } from "./serial-port.ts";
 import { Station } from "./station.ts";
 import type { Reply, StationCounters } from "./station.ts";
 import { FileEeprom } from "./state.ts";
@@ -295,15 +295,7 @@ interface Pacer {
 
 async function startRtu(opts: SerialOptions, station: Station, pacer: Pacer, silenceMs?: number): Promise<Transport> {
   const baud = opts.baud ?? 115200;
-  const port = new SerialPort({
-    path: opts.path,
-    baudRate: baud,
-    dataBits: 8,
-    parity: opts.parity ?? "even",
-    stopBits: opts.stopBits ?? 1,
-    autoOpen: false,
-  });
-  await new Promise<void>((resolve, reject) => port.open((err) => (err ? reject(err) : resolve())));
+  const port = await openSerialPort({ path: opts.path, baudRate: baud, dataBits: 8, parity: opts.parity ?? "even", stopBits: opts.stopBits ?? 1 });
   const framer = new RtuFramer({
     silenceMs: silenceMs ?? Math.max(t35Ms(baud), 3),
     onDrop: () => station.counters.badFrames++,
