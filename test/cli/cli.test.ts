@@ -113,12 +113,22 @@ describe("fencegate CLI", () => {
   });
 
   it("follows states and decisions with watch", async () => {
-    const watching = cli("watch", "valve-3", "--json", "--count", "3");
-    await new Promise((r) => setTimeout(r, 1500)); // let watch subscribe (retained state first)
+    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3", "--json", "--count", "3"], { env: { ...process.env, FENCEGATE_BROKER: broker.url }, stdio: ["ignore", "pipe", "inherit"] });
+    let stdout = "";
+    const exited = new Promise<number | null>((resolve) => watch.once("close", (code) => resolve(code)));
+    // Its first line is the retained state, printed once it subscribed: only then is there a
+    // decision for it to follow. (A fixed 1.5 s wait was both slow and, on a loaded machine,
+    // sometimes too short for Node to start.) The events subscription follows the state's
+    // by one round trip to the broker, far less than the acquiring CLI takes to start.
+    await new Promise<void>((resolve) =>
+      watch.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+        stdout += chunk;
+        if (stdout.includes("\n")) resolve();
+      }),
+    );
     await cli("lease", "acquire", "valve-3", "--ttl-ms", "5000", "--holder", "ops-3");
-    const watched = await watching;
-    expect(watched.code).toBe(0);
-    const items = watched.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(await exited).toBe(0);
+    const items = stdout.trim().split("\n").map((l) => JSON.parse(l));
     expect(items[0].kind).toBe("state");
     expect(items.map((i: { kind: string; event?: { type: string } }) => i.event?.type)).toContain("granted");
   });
