@@ -16,7 +16,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
 import { DaemonProcess } from "./support/daemon.ts";
-import { freePort } from "./support/ports.ts";
 import { startMosquitto, type Broker } from "./support/mosquitto.ts";
 
 const ROOT = resolve(import.meta.dirname, "..");
@@ -54,14 +53,14 @@ beforeAll(async () => {
   broker = await startMosquitto();
   sim = await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, units: [1], rate: 0 });
   const embedded = parse(readFileSync(join(ROOT, "config/embedded.yaml"), "utf8"));
-  const config = {
+  const configFor = (metricsPort: number) => ({
     ...embedded,
     mqtt: { ...embedded.mqtt, url: broker.url },
     buses: { sim: { ...embedded.buses.sim, port: sim.tcp!.port } },
     journal: { path: join(dir, "journal.db") },
-    metrics: { ...embedded.metrics, port: await freePort() }, // 9464 may be taken on a shared machine
-  };
-  daemon = DaemonProcess.start(dir, config);
+    metrics: { ...embedded.metrics, port: metricsPort }, // 9464 may be taken on a shared machine
+  });
+  ({ daemon } = await DaemonProcess.startOnFreeMetricsPort(dir, configFor));
   await daemon.ready(["valve-1"]);
   // The README's first command shows the polled points: wait for them to be published.
   const watcher = await mqtt.connectAsync(brokerAddress(broker.url));

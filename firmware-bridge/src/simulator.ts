@@ -6,12 +6,12 @@
 import fs from "node:fs";
 import net from "node:net";
 import { performance } from "node:perf_hooks";
-import { SerialPort } from "serialport";
 import * as z from "zod";
 import { MemoryEeprom } from "./device.ts";
 import type { DeviceConfig, DeviceSnapshot, Eeprom, Profile } from "./device.ts";
 import { POSITION_SCALE, PROFILE_VERSION_1_0, positionToRaw } from "./profile.ts";
 import { RtuFramer, charsMs, t35Ms, withCrc } from "./rtu.ts";
+import { openSerialPort } from "./serial-port.ts";
 import { Station } from "./station.ts";
 import type { Reply, StationCounters } from "./station.ts";
 import { FileEeprom } from "./state.ts";
@@ -93,6 +93,13 @@ export interface SimulatorHandle {
   readonly tcp: { host: string; port: number } | undefined;
   readonly serial: string | undefined;
   readonly counters: StationCounters;
+  /**
+   * The last {@link ANSWER_TIMES_KEPT} answers written, oldest first: when the request was
+   * taken and when its answer was written, on the simulator's own clock (performance.now()).
+   * What line-rate emulation guarantees is checked against these, not against a master's
+   * timers, which also count the pty, the event loops and timer coalescing.
+   */
+  readonly answerTimes: readonly AnswerTime[];
   /** State of a unit, including the log of every applied command. */
   device(unit: number): DeviceSnapshot;
   /** Run one control command; same protocol as the control socket. */
@@ -112,6 +119,13 @@ export interface SimulatorHandle {
   close(): Promise<void>;
 }
 
+export interface AnswerTime {
+  readonly receivedAtMs: number;
+  readonly sentAtMs: number;
+}
+
+export const ANSWER_TIMES_KEPT = 256;
+
 interface Transport {
   close(): Promise<void>;
 }
@@ -124,18 +138,31 @@ function runAt(atMs: number, fn: () => void): void {
   else spin();
 }
 
-/** When each response may leave, for line-rate emulation (busy-until bookkeeping of one bus). */
+/**
+ * When each response may leave, for line-rate emulation (busy-until bookkeeping of one bus).
+ * A request taken at `receivedAtMs` is taken to have started then (a pty delivers it at once),
+ * or when the line's trailing t3.5 after the previous answer ends, if later. That silence
+ * counts from when the previous answer was actually written, not from when it was due: under
+ * load an answer leaves late, and counting from its due time would let the next one follow
+ * it closer than a real line allows.
+ */
 class LineClock {
   private busyUntil = 0;
-  constructor(private readonly baud: number) {}
-  /** A request of `reqBytes` has just arrived; the response (respBytes, 0 = none) leaves at the returned time. */
-  schedule(reqBytes: number, respBytes: number): number {
-    const t35 = t35Ms(this.baud);
-    const start = Math.max(performance.now(), this.busyUntil);
+  private readonly t35: number;
+  constructor(private readonly baud: number) {
+    this.t35 = t35Ms(baud);
+  }
+  /** The response (respBytes, 0 = none) to a request of `reqBytes` taken at `receivedAtMs` leaves at the returned time. */
+  schedule(receivedAtMs: number, reqBytes: number, respBytes: number): number {
+    const start = Math.max(receivedAtMs, this.busyUntil);
     const reqEnd = start + charsMs(reqBytes, this.baud);
-    const respEnd = respBytes > 0 ? reqEnd + t35 + charsMs(respBytes, this.baud) : reqEnd;
-    this.busyUntil = respEnd + t35;
+    const respEnd = respBytes > 0 ? reqEnd + this.t35 + charsMs(respBytes, this.baud) : reqEnd;
+    this.busyUntil = respEnd + this.t35;
     return respEnd;
+  }
+  /** An answer was written at `sentAtMs`: nothing may start on the line before its trailing t3.5. */
+  sent(sentAtMs: number): void {
+    this.busyUntil = Math.max(this.busyUntil, sentAtMs + this.t35);
   }
 }
 
@@ -166,17 +193,24 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
   const baud = options.serial?.baud ?? options.baud ?? 115200;
   const line = options.lineRate ? new LineClock(baud) : undefined;
 
-  /** When a reply should leave: now + fault delay, or the line-rate time. */
-  const sendAt = (reqBytes: number, reply: Reply | null, respBytes: number): number => {
-    const base = line ? line.schedule(reqBytes, reply?.pdu ? respBytes : 0) : performance.now();
-    return base + (reply?.delayMs ?? 0);
+  const answerTimes: AnswerTime[] = [];
+  const pacer: Pacer = {
+    sendAt: (receivedAtMs, reqBytes, reply, respBytes) => {
+      const base = line ? line.schedule(receivedAtMs, reqBytes, reply?.pdu ? respBytes : 0) : receivedAtMs;
+      return base + (reply?.delayMs ?? 0);
+    },
+    sent: (receivedAtMs) => {
+      const sentAtMs = performance.now();
+      line?.sent(sentAtMs);
+      if (answerTimes.push({ receivedAtMs, sentAtMs }) > ANSWER_TIMES_KEPT) answerTimes.shift();
+    },
   };
 
   let transport: Transport;
   let tcpAddr: { host: string; port: number } | undefined;
-  if (options.serial) transport = await startRtu(options.serial, station, sendAt, options.silenceMs);
+  if (options.serial) transport = await startRtu(options.serial, station, pacer, options.silenceMs);
   else {
-    const t = await startTcp(options.tcp ?? {}, station, sendAt);
+    const t = await startTcp(options.tcp ?? {}, station, pacer);
     transport = t;
     tcpAddr = t.address;
   }
@@ -233,6 +267,7 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
     tcp: tcpAddr,
     serial: options.serial?.path,
     counters: station.counters,
+    answerTimes,
     device: (unit) => station.snapshot(unit),
     control: run,
     setDelay: (ms, unit) => void run({ op: "delay", ms, unit }),
@@ -253,31 +288,31 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
   };
 }
 
-type SendAt = (reqBytes: number, reply: Reply | null, respBytes: number) => number;
+/** Paces answers: when one may leave (line rate, fault delay), and the record of when it did. */
+interface Pacer {
+  sendAt(receivedAtMs: number, reqBytes: number, reply: Reply | null, respBytes: number): number;
+  /** Call right after writing the answer to the request taken at `receivedAtMs`. */
+  sent(receivedAtMs: number): void;
+}
 
-async function startRtu(opts: SerialOptions, station: Station, sendAt: SendAt, silenceMs?: number): Promise<Transport> {
+async function startRtu(opts: SerialOptions, station: Station, pacer: Pacer, silenceMs?: number): Promise<Transport> {
   const baud = opts.baud ?? 115200;
-  const port = new SerialPort({
-    path: opts.path,
-    baudRate: baud,
-    dataBits: 8,
-    parity: opts.parity ?? "even",
-    stopBits: opts.stopBits ?? 1,
-    autoOpen: false,
-  });
-  await new Promise<void>((resolve, reject) => port.open((err) => (err ? reject(err) : resolve())));
+  const port = await openSerialPort({ path: opts.path, baudRate: baud, dataBits: 8, parity: opts.parity ?? "even", stopBits: opts.stopBits ?? 1 });
   const framer = new RtuFramer({
     silenceMs: silenceMs ?? Math.max(t35Ms(baud), 3),
     onDrop: () => station.counters.badFrames++,
     onFrame: (frame) => {
+      const receivedAtMs = performance.now();
       const unit = frame[0] ?? 0;
       const reply = station.handle(unit, frame.subarray(1, frame.length - 2));
       const out = reply?.pdu ? withCrc(Buffer.concat([Buffer.from([unit]), reply.pdu])) : undefined;
-      const at = sendAt(frame.length, reply, out?.length ?? 0);
+      const at = pacer.sendAt(receivedAtMs, frame.length, reply, out?.length ?? 0);
       if (!out || !reply) return;
       if (reply.corrupt) out[out.length - 1] = (out[out.length - 1] ?? 0) ^ 0xff;
       runAt(at, () => {
-        if (port.isOpen) port.write(out);
+        if (!port.isOpen) return;
+        port.write(out);
+        pacer.sent(receivedAtMs);
       });
     },
   });
@@ -296,7 +331,7 @@ async function startRtu(opts: SerialOptions, station: Station, sendAt: SendAt, s
 async function startTcp(
   opts: TcpOptions,
   station: Station,
-  sendAt: SendAt,
+  pacer: Pacer,
 ): Promise<Transport & { address: { host: string; port: number } }> {
   const sockets = new Set<net.Socket>();
   const server = net.createServer((socket) => {
@@ -321,6 +356,7 @@ async function startTcp(
     });
   });
   const handleAdu = (socket: net.Socket, adu: Buffer) => {
+    const receivedAtMs = performance.now();
     const tid = adu.readUInt16BE(0);
     const unit = adu[6] ?? 0;
     const pdu = adu.subarray(7);
@@ -330,7 +366,7 @@ async function startTcp(
       reply = { pdu: Buffer.from([(pdu[0] ?? 0) | 0x80, 0x0b]), corrupt: false, delayMs: 0 };
     }
     // line-rate emulation on TCP: as if the TCP endpoint bridged to an RTU line (RTU sizes)
-    const at = sendAt(pdu.length + 3, reply, reply?.pdu ? reply.pdu.length + 3 : 0);
+    const at = pacer.sendAt(receivedAtMs, pdu.length + 3, reply, reply?.pdu ? reply.pdu.length + 3 : 0);
     if (!reply?.pdu) return;
     const header = Buffer.alloc(7);
     header.writeUInt16BE(reply.corrupt ? tid ^ 0xffff : tid, 0);
@@ -339,7 +375,9 @@ async function startTcp(
     header[6] = unit;
     const out = Buffer.concat([header, reply.pdu]);
     runAt(at, () => {
-      if (!socket.destroyed) socket.write(out);
+      if (socket.destroyed) return;
+      socket.write(out);
+      pacer.sent(receivedAtMs);
     });
   };
   await new Promise<void>((resolve, reject) => {

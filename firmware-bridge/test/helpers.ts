@@ -3,7 +3,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import M from "modbus-serial";
-import { SerialPort } from "serialport";
+import { InlineIoBinding, openSerialPort } from "../src/serial-port.ts";
 
 const ModbusRTU = M.default;
 export type Master = InstanceType<typeof ModbusRTU>;
@@ -18,7 +18,8 @@ export const MASTER_TIMEOUT_MS = 1000;
 /** modbus-serial as the RTU master on `device`, 115200 8E1, unit 1. */
 export async function rtuMaster(device: string, unit = 1, timeoutMs = MASTER_TIMEOUT_MS): Promise<Master> {
   const client = new ModbusRTU();
-  await client.connectRTUBuffered(device, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
+  // modbus-serial hands these options to its SerialPort: a port free again once closed (serial-port.ts).
+  await client.connectRTUBuffered(device, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8, binding: InlineIoBinding } as never);
   client.setID(unit);
   client.setTimeout(timeoutMs);
   return client;
@@ -61,8 +62,7 @@ export async function timeoutOf(client: Master, call: () => Promise<unknown>, ms
  * `waitMs` passed (expectBytes 0: wait the whole time, for "no answer").
  */
 export async function rawExchange(device: string, bytes: Buffer, expectBytes: number, waitMs = 1000): Promise<Buffer> {
-  const port = new SerialPort({ path: device, baudRate: 115200, parity: "even", autoOpen: false });
-  await new Promise<void>((resolve, reject) => port.open((e) => (e ? reject(e) : resolve())));
+  const port = await openSerialPort({ path: device, baudRate: 115200, parity: "even" });
   const got: Buffer[] = [];
   port.on("data", (c: Buffer) => got.push(c));
   port.write(bytes);

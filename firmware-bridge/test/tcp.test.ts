@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { FENCE_REFUSED_EXCEPTION, FENCED, PLAIN, decodePlainReadings, encodeCommandBlock, encodePlainSetpoint } from "../src/profile.ts";
 import { createPtyPair } from "../src/pty.ts";
 import type { PtyPair } from "../src/pty.ts";
-import { transactionLimitMs } from "../src/rtu.ts";
+import { charsMs, t35Ms, transactionLimitMs } from "../src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 import type { SimulatorHandle } from "../src/simulator.ts";
 import { closeMaster, failure, rtuMaster, tcpMaster, timeoutOf } from "./helpers.ts";
@@ -60,18 +60,32 @@ describe("line-rate emulation", () => {
     pty = await createPtyPair();
     sim = await startSimulator({ serial: { path: pty.device, baud: 115200 }, lineRate: true });
     master = await rtuMaster(pty.master);
-    const times: number[] = [];
+    const roundTrips: number[] = [];
     for (let i = 0; i < 20; i++) {
       const t0 = performance.now();
       await master.writeRegister(FENCED.KEEPALIVE, 1);
-      times.push(performance.now() - t0);
+      roundTrips.push(performance.now() - t0);
     }
     const limit = transactionLimitMs(8, 8, 115200);
     expect(limit).toBeCloseTo(5.03, 2);
-    // each answer arrives no earlier than request + t3.5 + response; the trailing t3.5 is
-    // spent before the next request may start
-    expect(Math.min(...times)).toBeGreaterThanOrEqual(limit - 1.75 - 0.05);
-    times.sort((a, b) => a - b);
-    expect(times[10]!).toBeGreaterThanOrEqual(limit - 0.05);
+    const t35 = t35Ms(115200);
+    const exchange = charsMs(8, 115200) + t35 + charsMs(8, 115200); // request + t3.5 + response
+    // Sums of the same terms in another order differ in the last bits of a double.
+    const rounding = 1e-9;
+    // The simulator's own record, on its own clock: each answer left no earlier than the
+    // exchange after its request started, which is when it was taken or, if later, when the
+    // trailing t3.5 after the previous answer (as actually written) ended.
+    const answers = sim.answerTimes;
+    expect(answers).toHaveLength(20);
+    answers.forEach((a, i) => {
+      const start = i === 0 ? a.receivedAtMs : Math.max(a.receivedAtMs, answers[i - 1]!.sentAtMs + t35);
+      expect(a.sentAtMs - start).toBeGreaterThanOrEqual(exchange - rounding);
+      if (i > 0) expect(a.sentAtMs - answers[i - 1]!.sentAtMs).toBeGreaterThanOrEqual(limit - rounding);
+    });
+    // The master, on the same clock (same process), asked before the request was taken and
+    // heard after the answer left: its round trip is never shorter than the exchange. It is
+    // not the whole limit: whatever time the master spends between hearing one answer and
+    // asking again comes off the trailing t3.5 the simulator still waits out.
+    expect(Math.min(...roundTrips)).toBeGreaterThanOrEqual(exchange - rounding);
   });
 });

@@ -19,7 +19,6 @@ import { FencegateClient } from "../../src/client/index.ts";
 import { runDoctor } from "../../src/doctor/checks.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
-import { freePort, waitForPort } from "../support/ports.ts";
 import { stopDaemon, Teardown } from "../support/stack.ts";
 import { makePki, type Pki } from "./pki.ts";
 
@@ -105,10 +104,8 @@ beforeAll(async () => {
   const acl = join(dir, "acl");
   copyFileSync(ACL, acl);
   chmodSync(acl, 0o644);
-  const tlsPort = await freePort();
-  tlsUrl = `mqtts://127.0.0.1:${tlsPort}`;
   broker = teardown.add(
-    await startMosquitto(
+    await startMosquitto((tlsPort) =>
       [
         "allow_anonymous false",
         `password_file ${passwordFile}`,
@@ -122,7 +119,7 @@ beforeAll(async () => {
     ),
     (b) => b.stop(),
   );
-  await waitForPort(tlsPort);
+  tlsUrl = `mqtts://127.0.0.1:${broker.extraPort}`;
   sim = teardown.add(await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, units: [1, 2], rate: 0 }), (s) => s.close());
   const gwDir = join(dir, "gw");
   mkdirSync(gwDir);

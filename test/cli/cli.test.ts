@@ -12,6 +12,7 @@ import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/
 import { embeddedBroker } from "../../src/dev/broker.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+import { TopicWatcher } from "../support/watch.ts";
 
 let dir: string;
 let broker: Broker;
@@ -112,12 +113,22 @@ describe("fencegate CLI", () => {
   });
 
   it("follows states and decisions with watch", async () => {
-    const watching = cli("watch", "valve-3", "--json", "--count", "3");
-    await new Promise((r) => setTimeout(r, 1500)); // let watch subscribe (retained state first)
+    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3", "--json", "--count", "3"], { env: { ...process.env, FENCEGATE_BROKER: broker.url }, stdio: ["ignore", "pipe", "inherit"] });
+    let stdout = "";
+    const exited = new Promise<number | null>((resolve) => watch.once("close", (code) => resolve(code)));
+    // Its first line is the retained state, printed once it subscribed: only then is there a
+    // decision for it to follow. (A fixed 1.5 s wait was both slow and, on a loaded machine,
+    // sometimes too short for Node to start.) The events subscription follows the state's
+    // by one round trip to the broker, far less than the acquiring CLI takes to start.
+    await new Promise<void>((resolve) =>
+      watch.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+        stdout += chunk;
+        if (stdout.includes("\n")) resolve();
+      }),
+    );
     await cli("lease", "acquire", "valve-3", "--ttl-ms", "5000", "--holder", "ops-3");
-    const watched = await watching;
-    expect(watched.code).toBe(0);
-    const items = watched.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(await exited).toBe(0);
+    const items = stdout.trim().split("\n").map((l) => JSON.parse(l));
     expect(items[0].kind).toBe("state");
     expect(items.map((i: { kind: string; event?: { type: string } }) => i.event?.type)).toContain("granted");
   });
@@ -243,15 +254,27 @@ describe("fencegate CLI", () => {
 });
 
 describe("fencegate CLI without a gateway", () => {
-  it("says within two seconds that no gateway is online (exit 4)", async () => {
+  it("says within two seconds of asking that no gateway is online (exit 4)", async () => {
     const lonely = await startMosquitto();
+    // The promise is about the wait after the request is out (1 s for a reply, then 0.5 s for
+    // a gateway's retained status), not about starting Node and loading the CLI, which takes
+    // over a second on a loaded machine: time it from the request on the wire to the sentence.
+    const wire = await TopicWatcher.connect(lonely.url, ["fencegate/#"]);
     try {
-      const started = performance.now();
-      const run = await cliWith({ FENCEGATE_BROKER: lonely.url }, "read", "valve-1");
-      expect(performance.now() - started).toBeLessThan(2500);
-      expect(run.code).toBe(4);
-      expect(run.stderr).toBe(`no answer: no fencegate gateway is online on ${lonely.url} (nothing says online on fencegate/gateway/+/status): start the daemon, or check --broker and --base\n`);
+      const askedAt = wire.waitFor((m) => !m.retain, { timeoutMs: 30_000, what: "the CLI's request" }).then(() => performance.now());
+      const child = spawn(process.execPath, [FENCEGATE_BIN, "read", "valve-1"], { env: { ...process.env, FENCEGATE_BROKER: lonely.url }, stdio: ["ignore", "ignore", "pipe"] });
+      let stderr = "";
+      let saidAt = 0;
+      child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+        saidAt ||= performance.now();
+        stderr += chunk;
+      });
+      const code = await new Promise<number | null>((resolve) => child.once("close", (c) => resolve(c)));
+      expect(code).toBe(4);
+      expect(stderr).toBe(`no answer: no fencegate gateway is online on ${lonely.url} (nothing says online on fencegate/gateway/+/status): start the daemon, or check --broker and --base\n`);
+      expect(saidAt - (await askedAt)).toBeLessThan(2000);
     } finally {
+      await wire.close();
       await lonely.stop();
     }
   });

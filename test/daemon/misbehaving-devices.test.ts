@@ -86,17 +86,21 @@ async function start(options: {
     options.transport === "rtu"
       ? { type: "rtu", path: pty.master, baudRate: 115_200, timeoutMs: BUS_TIMEOUT_MS, reconnect: { minMs: 50, maxMs: 200 } }
       : { type: "tcp", host: "127.0.0.1", port: slave.address!.port, timeoutMs: BUS_TIMEOUT_MS, reconnect: { minMs: 50, maxMs: 200 } };
-  const metricsPort = await freePort();
-  const config = gatewayConfig({
-    brokerUrl: broker.url,
-    journalPath: join(dir, "journal.db"),
-    buses: { dev: bus },
-    actuators: [{ id: A, bus: "dev", unit: 1, profile, pollIntervalMs: POLL_MS, points: options.points ?? (profile === "fenced" ? valvePoints("fenced") : PLAIN), ...options.actuator }],
-    metricsPort,
-  });
-  options.edit?.(config);
+  const configFor = (metricsPort: number) => {
+    const config = gatewayConfig({
+      brokerUrl: broker.url,
+      journalPath: join(dir, "journal.db"),
+      buses: { dev: bus },
+      actuators: [{ id: A, bus: "dev", unit: 1, profile, pollIntervalMs: POLL_MS, points: options.points ?? (profile === "fenced" ? valvePoints("fenced") : PLAIN), ...options.actuator }],
+      metricsPort,
+    });
+    options.edit?.(config);
+    return config;
+  };
   const watcher = teardown.add(await TopicWatcher.connect(broker.url, [STATE, EVENTS]), (w) => w.close());
-  daemon = teardown.add(DaemonProcess.start(dir, config), (d) => stopDaemon(d));
+  const started = await DaemonProcess.startOnFreeMetricsPort(dir, configFor);
+  const metricsPort = started.metricsPort;
+  daemon = teardown.add(started.daemon, (d) => stopDaemon(d));
   await daemon.ready(options.fenceRead ? [A] : []);
   const c = teardown.add(await TestController.connect(broker.url, "ctl-a"), (x) => x.close());
   return { slave, daemon, watcher, c, metricsPort, dir };
@@ -281,9 +285,8 @@ describe("item 9: the metrics listener beyond loopback", () => {
   });
 
   it("with metrics.allowNonLoopback: true it listens there, and the log warns", async () => {
-    const port = await freePort();
     // The status page (issue 15) needs credentials beyond loopback: off here, as the premise is "no authentication".
-    const { daemon } = await start({ edit: (c) => (c.metrics = { enabled: true, host: "0.0.0.0", port, allowNonLoopback: true, statusPage: { enabled: false } }) });
+    const { daemon, metricsPort: port } = await start({ edit: (c) => (c.metrics = { ...c.metrics, host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } }) });
     expect(daemon.logs.find((l) => l.msg?.startsWith("metrics.host is not loopback"))).toMatchObject({ level: 40, host: "0.0.0.0", port });
     expect((await healthz(port)).status).toBe(200);
   });

@@ -18,7 +18,6 @@ import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/
 import { TestController, type Json } from "../support/controller.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
-import { freePort } from "../support/ports.ts";
 import { TopicWatcher, tcpNoDelay, until } from "../support/watch.ts";
 
 /**
@@ -71,19 +70,17 @@ beforeAll(async () => {
   broker = await startMosquitto();
   pty = await createPtyPair();
   sim = await startSimulator({ serial: { path: pty.device }, units: [1, 2], rate: 0 });
-  metricsPort = await freePort();
   hookRequests(sim);
-  daemon = DaemonProcess.start(
-    dir,
+  ({ daemon, metricsPort } = await DaemonProcess.startOnFreeMetricsPort(dir, (metricsPort) =>
     gatewayConfig({
-      brokerUrl: broker.url,
+      brokerUrl: broker!.url,
       journalPath: join(dir, "journal.db"),
-      buses: { line: { type: "rtu", path: pty.master, timeoutMs: TIMEOUT_MS } },
+      buses: { line: { type: "rtu", path: pty!.master, timeoutMs: TIMEOUT_MS } },
       metricsPort,
       // No background polling: every transaction on the line is one a test caused.
       actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: HOUR_MS }), valve("valve-2", "line", 2, "fenced", { pollIntervalMs: HOUR_MS })],
     }),
-  );
+  ));
   await daemon.ready(["valve-1", "valve-2"]);
   [c1, c2] = await Promise.all([TestController.connect(broker.url, "c1"), TestController.connect(broker.url, "c2")]);
   for (const c of [c1, c2]) tcpNoDelay(c.client); // else the one-at-a-time controller measures Nagle, not the bus

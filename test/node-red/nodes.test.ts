@@ -19,7 +19,7 @@ import { installNodeRedPackage, nodeRedRuntime, type InstalledPackage } from "..
 import { brokerAddress } from "../../src/client/client.ts";
 import { startTcpProxy, type TcpProxy } from "../support/proxy.ts";
 import { startStack, Teardown, type Stack } from "../support/stack.ts";
-import { freePort, waitForPort } from "../support/ports.ts";
+import { freePort } from "../support/ports.ts";
 import { makePki, type Pki } from "../broker-security/pki.ts";
 import { until } from "../support/watch.ts";
 
@@ -61,12 +61,10 @@ beforeAll(async () => {
   const passwordFile = join(pkiDir, "passwd");
   execFileSync("mosquitto_passwd", ["-b", "-c", passwordFile, "plc-a", PLC_A_PASSWORD]);
   chmodSync(passwordFile, 0o644);
-  const tlsPort = await freePort();
-  tlsUrl = `mqtts://127.0.0.1:${tlsPort}`;
   stack = await startStack(teardown, {
     name: "node-red",
     // Anonymous stays allowed for the daemon on the plain listener; a client that names a user must have its password.
-    brokerConfig: [`password_file ${passwordFile}`, `listener ${tlsPort} 127.0.0.1`, `cafile ${pki.caFile}`, `certfile ${pki.server.certFile}`, `keyfile ${pki.server.keyFile}`, "require_certificate true"].join("\n"),
+    brokerConfig: (tlsPort) => [`password_file ${passwordFile}`, `listener ${tlsPort} 127.0.0.1`, `cafile ${pki.caFile}`, `certfile ${pki.server.certFile}`, `keyfile ${pki.server.keyFile}`, "require_certificate true"].join("\n"),
     sim: () => ({ units: [1, 2, 3, 4], rate: 0 }),
     gateway: (sim) => ({
       buses: { sim: { type: "tcp", ...sim, timeoutMs: 1000 } },
@@ -74,7 +72,7 @@ beforeAll(async () => {
     }),
     fenced: ["valve-1", "valve-2", "valve-3", "valve-4"],
   });
-  await waitForPort(tlsPort);
+  tlsUrl = `mqtts://127.0.0.1:${stack.broker.extraPort}`;
   installed = await installNodeRedPackage(stack.dir);
   ctl = teardown.add(await TestController.connect(stack.broker.url, "line-x"), (c) => c.close());
   primaryLink = teardown.add(await startTcpProxy({ host: "127.0.0.1", port: stack.broker.port }), (p) => p.close());

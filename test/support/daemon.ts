@@ -8,6 +8,7 @@ import { join, resolve } from "node:path";
 import { stringify } from "yaml";
 import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { FENCED, PLAIN } from "../../firmware-bridge/src/profile.ts";
+import { freePort } from "./ports.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 export const FENCEGATE_BIN = join(ROOT, "bin/fencegate.mjs");
@@ -55,6 +56,9 @@ export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
   };
 }
 
+/** Fresh metrics ports to try when a drawn one was taken before the daemon bound it. */
+const METRICS_PORT_ATTEMPTS = 5;
+
 export class DaemonProcess {
   readonly logs: LogLine[] = [];
   private readonly waiters: { pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }[] = [];
@@ -100,6 +104,38 @@ export class DaemonProcess {
     writeFileSync(file, stringify(config));
     const child = spawn(process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     return new DaemonProcess(child);
+  }
+
+  /**
+   * Starts the daemon with its metrics listener on a free port, `configFor(port)` being its
+   * configuration. A port found free a moment ago may be taken before the daemon binds it
+   * (any listen(0) or outgoing connection on the machine can be handed it): only when the
+   * daemon's own bind says so (its fatal line names metrics.port, in use) is another drawn.
+   * Resolves once the daemon said it started, which it does after binding.
+   */
+  static async startOnFreeMetricsPort(
+    dir: string,
+    configFor: (metricsPort: number) => Record<string, unknown>,
+    options: { nodeArgs?: readonly string[]; bin?: string } = {},
+  ): Promise<{ daemon: DaemonProcess; metricsPort: number }> {
+    for (let attempt = 1; ; attempt++) {
+      const metricsPort = await freePort();
+      const daemon = DaemonProcess.start(dir, configFor(metricsPort), options);
+      try {
+        await daemon.waitForLog((l) => l.msg === "fencegate daemon started", 15_000, "its start");
+        return { daemon, metricsPort };
+      } catch (err) {
+        const out = daemon.child.stdout!;
+        const exited = daemon.child.exitCode !== null || daemon.child.signalCode !== null;
+        // 'exit' can come before the last of stdout: read the fatal line before judging.
+        if (exited && !out.destroyed) await new Promise((resolve) => out.once("close", resolve));
+        const taken = daemon.logs.some((l) => l.setting === "metrics.port" && / is in use /.test(l.msg ?? ""));
+        if (!taken || attempt === METRICS_PORT_ATTEMPTS) {
+          await daemon.kill();
+          throw err;
+        }
+      }
+    }
   }
 
   /**

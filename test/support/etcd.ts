@@ -11,24 +11,7 @@ import https from "node:https";
 import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import net from "node:net";
-
-/**
- * A free port below Linux's ephemeral range (32768-60999). etcd must be told its ports before
- * it binds them; one taken with listen(0) and released would sit in the range every other
- * test's freePort() draws from, and could be handed out again in between.
- */
-async function portBelowEphemeral(): Promise<number> {
-  for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
-    const free = await new Promise<boolean>((resolve) => {
-      const server = net.createServer();
-      server.once("error", () => resolve(false));
-      server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-}
+import { portBelowEphemeral } from "./ports.ts";
 
 export interface EtcdTls {
   readonly caFile: string;

@@ -10,7 +10,7 @@
  * wants a fenced device writes the identity block itself ({@link fencedIdentity}).
  */
 import net from "node:net";
-import { SerialPort } from "serialport";
+import { openSerialPort } from "../../firmware-bridge/src/serial-port.ts";
 import { RtuFramer, withCrc } from "../../firmware-bridge/src/rtu.ts";
 import { PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION } from "../../firmware-bridge/src/profile.ts";
 
@@ -251,8 +251,7 @@ export class MisbehavingSlave {
   }
 
   private async openRtu(path: string): Promise<void> {
-    const port = new SerialPort({ path, baudRate: 115_200, parity: "even", stopBits: 1, dataBits: 8, autoOpen: false });
-    await new Promise<void>((resolve, reject) => port.open((err) => (err ? reject(err) : resolve())));
+    const port = await openSerialPort({ path, baudRate: 115_200, parity: "even", stopBits: 1, dataBits: 8 });
     const framer = new RtuFramer({
       silenceMs: 3,
       onFrame: (frame) => {

@@ -1,6 +1,10 @@
 import net from "node:net";
 
-/** A TCP port that was free a moment ago on 127.0.0.1. */
+/**
+ * A TCP port that was free a moment ago on 127.0.0.1. Whoever binds it next must expect to
+ * find it taken (EADDRINUSE) and draw another: it is in Linux's ephemeral range, where any
+ * listen(0) or outgoing connection on the machine may be handed it in between.
+ */
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
@@ -26,5 +30,23 @@ export async function waitForPort(port: number, timeoutMs = 5000, host = "127.0.
     if (ok) return;
     if (Date.now() > until) throw new Error(`nothing listens on ${host}:${port} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * A port that was free a moment ago, below Linux's ephemeral range (32768-60999): for a
+ * server told its port before it binds it and started again on the same port (Mosquitto,
+ * etcd). No listen(0) or outgoing connection is handed a port there, so only another pick
+ * like this one can take it in between; the first bind must still expect EADDRINUSE.
+ */
+export async function portBelowEphemeral(): Promise<number> {
+  for (;;) {
+    const port = 20_000 + Math.floor(Math.random() * 12_000);
+    const free = await new Promise<boolean>((resolve) => {
+      const server = net.createServer();
+      server.once("error", () => resolve(false));
+      server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+    });
+    if (free) return port;
   }
 }

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { startSimulator, type SimulatorHandle, type SimulatorOptions } from "../../firmware-bridge/src/simulator.ts";
 import { TestController } from "./controller.ts";
 import { DaemonProcess, gatewayConfig, valve, type GatewaySetup } from "./daemon.ts";
-import { startMosquitto, type Broker } from "./mosquitto.ts";
+import { startMosquitto, type Broker, type BrokerConfig } from "./mosquitto.ts";
 
 /** Clean-up steps, run in reverse order of registration; every step runs even if one fails. */
 export class Teardown {
@@ -65,7 +65,7 @@ export interface StackOptions {
   /** Extra node flags for the daemon (e.g. `--import` of a slow-disk emulation). */
   readonly nodeArgs?: readonly string[];
   /** More Mosquitto configuration (another listener, a password file) after its plain anonymous listener, which the daemon uses. */
-  readonly brokerConfig?: string;
+  readonly brokerConfig?: BrokerConfig;
 }
 
 export interface Stack {
