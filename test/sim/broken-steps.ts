@@ -84,3 +84,16 @@ export function safeWriteOnceStep(config: ActuatorConfig, state: ActuatorState, 
 export function restartWithoutSafeWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
   return step(config, state, input.type === "restart" ? { type: "tick", nowMs: input.nowMs } : input);
 }
+
+/**
+ * Bug (h): a grant's reply leaves before its record is durable (the reply is moved ahead of
+ * the persist, and the shell carries effects out in order). A crash between the two lets the
+ * restarted gateway grant the same token again, or a stale holder act on a lease nobody knows.
+ */
+export function grantReplyBeforeDurableStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  const grant = result.effects.findIndex((e) => e.kind === "persist" && e.record.type === "granted");
+  if (grant < 0) return result;
+  const replies = result.effects.filter((e) => e.kind === "reply");
+  return { state: result.state, effects: [...result.effects.slice(0, grant).filter((e) => e.kind !== "reply"), ...replies, ...result.effects.slice(grant).filter((e) => e.kind !== "reply")] };
+}

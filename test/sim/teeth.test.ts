@@ -7,6 +7,7 @@ import type { step } from "../../src/core/actuator.ts";
 import { runSeed } from "../../src/sim/run.ts";
 import {
   arrivalOnlyStep,
+  grantReplyBeforeDurableStep,
   persistAfterWriteStep,
   replyBeforeOutcomeStep,
   restartWithoutSafeWriteStep,
@@ -17,10 +18,11 @@ import {
 
 const MAX_SEEDS = 200;
 
-async function firstViolation(brokenStep: typeof step): Promise<{ seed: number; violation: string } | null> {
+/** The first seed with a violation (matching `only`, when given), and that violation. */
+async function firstViolation(brokenStep: typeof step, only?: RegExp): Promise<{ seed: number; violation: string } | null> {
   for (let seed = 1; seed <= MAX_SEEDS; seed++) {
     const result = await runSeed(seed, { step: brokenStep });
-    const violation = result.violations[0];
+    const violation = only === undefined ? result.violations[0] : result.violations.find((v) => only.test(v));
     if (violation !== undefined) return { seed, violation };
   }
   return null;
@@ -67,5 +69,15 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     const found = await firstViolation(restartWithoutSafeWriteStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
     expect(found!.violation).toMatch(/left at .* not at the safe values/);
+  });
+
+  it("(h) a grant replied before it is durable", async () => {
+    const found = await firstViolation(grantReplyBeforeDurableStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/lease \d+ for \S+ replied without a durable grant/);
+    // And what it leads to: a crash between the reply and the commit (the grant's commit
+    // lost), and the restarted gateway hands the same token out again.
+    const twice = await firstViolation(grantReplyBeforeDurableStep, /token (\d+) granted to \S+ after token \1 \(granted twice/);
+    expect(twice, `no token granted twice in ${MAX_SEEDS} seeds`).not.toBeNull();
   });
 });
