@@ -34,7 +34,7 @@ export class JournalStallError extends Error {
   override readonly name = "JournalStallError";
   constructor(stallMs: number, records: number) {
     super(
-      `a journal commit of ${records} record(s) has not become durable within ${stallMs} ms (journal.stallMs): the disk has stalled. The gateway stops rather than go on with a journal it cannot write; check the disk (dmesg, free space), then restart.`,
+      `a journal commit of ${records} record(s) has not become durable within ${stallMs} ms (journal.commitStallMs): the disk has stalled. The gateway stops rather than go on with a journal it cannot write; check the disk (dmesg, free space), then restart.`,
     );
   }
 }
