@@ -65,7 +65,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   mkdirSync(dirname(config.journal.path), { recursive: true });
   // Its exclusive lock is held from here to close; every commit's fdatasync runs on libuv's
   // thread pool, off the event loop.
-  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
+  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit, syncStallMs: config.journal.commitStallMs });
   let snapshots: ReturnType<SqliteJournal["load"]>;
   try {
     snapshots = journal.load(); // throws JournalError: the caller reports it and exits
@@ -189,6 +189,12 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       gatewayId: config.gatewayId,
       journal,
       gatherMaxMs: config.journal.gatherMaxMs,
+      audit: {
+        lagMs: config.journal.auditLagMs,
+        lagRecords: config.journal.auditLagRecords,
+        queueLimit: config.journal.auditQueueLimit,
+        stallMs: config.journal.commitStallMs,
+      },
       clock: realClock,
       scheduler: realScheduler,
       outbox,
@@ -212,6 +218,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     const problem = journal.problem();
     return problem === null ? null : `the journal cannot commit: ${problem}`;
   };
+  /** Records handed to the journal and not yet durable (mostly the audit trail), the oldest's age, and the commits made. */
+  const journalLag = () => {
+    const { records, oldestAtMs } = gateway.committer.backlog();
+    return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs, commits: gateway.committer.commits };
+  };
   const health: HealthSource = {
     // /healthz: the daemon's own problems, and no bus open at all (it cannot reach a single
     // device). One bus or device down is in the details, not a 503: the rest still serve.
@@ -227,6 +238,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     queueDepths: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.queue.length ?? 0] as [string, number]),
     linkStates: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.online ?? false] as [string, boolean]),
     pointFaults: () => gateway.actuatorIds().map((id) => [id, Object.keys(gateway.view(id)?.pointFaults ?? {}).length] as [string, number]),
+    journalLag,
   };
 
   let server: Server | null = null;
@@ -242,10 +254,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
         facts: {
           brokerConnected: () => link.connected,
           buses: () => [...buses].map(([name, b]) => ({ name, up: b.isUp })),
-          auditLag: () => {
-            const { records, oldestAtMs } = gateway.committer.backlog();
-            return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs };
-          },
+          auditLag: journalLag,
           journalProblem: () => journal.problem(),
           healthProblem: () => health.problem(),
         },
