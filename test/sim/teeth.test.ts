@@ -7,12 +7,12 @@ import type { step } from "../../src/core/actuator.ts";
 import { runSeed } from "../../src/sim/run.ts";
 import {
   arrivalOnlyStep,
+  grantAfterWriteStep,
   grantReplyBeforeDurableStep,
-  persistAfterWriteStep,
-  replyBeforeOutcomeStep,
   restartWithoutSafeWriteStep,
   safeWriteOnceStep,
   stealingAcquireStep,
+  unconfirmedAppliedStep,
   unjournaledGrantStep,
 } from "./broken-steps.ts";
 
@@ -35,16 +35,16 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     expect(found!.violation).toMatch(/accepted (while the live lease|at or below the durable fence)/);
   });
 
-  it("(b) the fence persisted after the device write instead of before", async () => {
-    const found = await firstViolation(persistAfterWriteStep);
+  it("(b) the fence (a write's grant) persisted after the device write instead of before", async () => {
+    const found = await firstViolation(grantAfterWriteStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
-    expect(found!.violation).toMatch(/written to the device before its intent was durable/);
+    expect(found!.violation).toMatch(/written to the device under a token not durably granted/);
   });
 
-  it("(c) an applied reply sent before its outcome is durable", async () => {
-    const found = await firstViolation(replyBeforeOutcomeStep);
+  it("(c) an applied reply for a write the device never confirmed", async () => {
+    const found = await firstViolation(unconfirmedAppliedStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
-    expect(found!.violation).toMatch(/"applied" replied for .* before that outcome was durable/);
+    expect(found!.violation).toMatch(/"applied" replied for .*, which the device never applied/);
   });
 
   it("(d) grants not journaled", async () => {
