@@ -262,7 +262,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       statusRoutes = new StatusRoutes({
         board,
         openAudit: () => AuditReader.open(config.journal.path),
-        whenDurable: () => journal.whenDurable(),
+        whenDurable: () => gateway.committer.whenDurable(),
         maxEventStreams: config.metrics.statusPage.maxEventStreams,
       });
     }
