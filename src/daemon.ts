@@ -262,7 +262,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       statusRoutes = new StatusRoutes({
         board,
         openAudit: () => AuditReader.open(config.journal.path),
-        whenDurable: () => journal.whenDurable(),
+        whenDurable: () => gateway.committer.whenDurable(),
         maxEventStreams: config.metrics.statusPage.maxEventStreams,
       });
     }
@@ -346,9 +346,16 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     async stop() {
       if (stopping) return;
       stopping = true;
-      log.info("draining: no new requests; finishing the commands in progress");
-      const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
-      if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      if (journalFailed) {
+        // Nothing can be decided or recorded any more: stop as a crash would (the journal's
+        // restart reads what is durable), without draining or closing the journal, whose
+        // close syncs the disk again and would hang on a stalled one.
+        log.warn("the journal failed: stopping at once, as a crash would, without draining; commands in progress are not on record");
+      } else {
+        log.info("draining: no new requests; finishing the commands in progress");
+        const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
+        if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      }
       // Stepping down gives the leader key up at once: a standby takes over without waiting for the TTL.
       await member?.stop();
       gateway.stop();
@@ -356,7 +363,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       await Promise.all([...buses.values()].map((b) => b.close()));
       await gateway.committer.idle(); // the commits in flight finish before the journal closes
       statusRoutes?.close(); // its event streams would hold the server open, its reader the journal's file
-      journal.close();
+      if (!journalFailed) journal.close();
       member?.close();
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("fencegate daemon stopped");

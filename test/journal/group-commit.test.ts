@@ -279,6 +279,21 @@ describe("GroupCommitter: the asynchronous audit trail", () => {
     await idle;
   });
 
+  it("whenDurable waits for the records handed over before it (within their lag), not those after", async () => {
+    const { time, w, gc } = setup();
+    await expect(gc.whenDurable()).resolves.toBeUndefined(); // nothing waiting
+    gc.audit([audited(1)]);
+    let durable = false;
+    const waiting = gc.whenDurable().then(() => (durable = true));
+    gc.audit([audited(2)]);
+    await time.advance(200);
+    await turn();
+    expect(durable).toBe(false);
+    w.batches[0]!.resolve();
+    await waiting;
+    expect(gc.backlog().records).toBe(0);
+  });
+
   it("a failed audit commit is reported as fatal, and later records are dropped", async () => {
     const { time, w, gc, failures } = setup();
     gc.audit([audited(1)]);
