@@ -5,7 +5,8 @@
  * each followed by COMMANDS sequential commands, and marks on stdout, with single write(2)
  * calls that strace shows in order with the journal's own system calls:
  *   `acquire r` before the r-th acquire is submitted, `granted r` when its reply leaves;
- *   `arrive r.c` before a command is submitted, `reply r.c <kind>` when its reply leaves.
+ *   `arrive r.c` before a command is submitted, `reply r.c <kind>` when its reply leaves;
+ *   `drain 0` and `drained 0` around the clean stop.
  * The audit lag is set beyond the run's length, so the commands' records are committed only
  * by the next grant's commit (which carries them) or at the drain: no commit falls into a
  * request's window by the clock, and each window shows exactly what that request itself
@@ -105,5 +106,7 @@ for (let r = 0; r < Number(roundsText); r++) {
   }
   await send({ verb: "lease/release", holder, token }, () => {});
 }
+mark("drain 0");
 await gateway.drain(1_000);
+mark("drained 0");
 journal.close();

@@ -13,7 +13,8 @@
  * - every grant's reply follows an fdatasync of the -wal that started after its record was
  *   written: a grant is durable before it is sent;
  * - no fdatasync at all lies between a command's arrival and its reply: commands do not wait
- *   for the disk (their records are the asynchronous audit).
+ *   for the disk (their records are the asynchronous audit);
+ * - a clean stop commits and syncs the audit records still within their lag.
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -45,7 +46,7 @@ function parseTrace(trace: string): Call[] {
   const unfinished = new Map<string, "wal" | "db" | "other">();
   for (const line of trace.split("\n")) {
     const pid = /^\[pid\s+(\d+)\]/.exec(line)?.[1] ?? /^(\d+)\s/.exec(line)?.[1] ?? "main";
-    const marker = /write\(1<[^>]*>, "((?:pending|durable|acquire|granted|arrive|reply) [^"\\]*)\\n"/.exec(line);
+    const marker = /write\(1<[^>]*>, "((?:pending|durable|acquire|granted|arrive|reply|drain|drained) [^"\\]*)\\n"/.exec(line);
     const sync = /fdatasync\(\d+<([^>]*)>/.exec(line);
     if (marker) calls.push({ kind: "marker", text: marker[1]! });
     else if (/p?write(64)?\(\d+<[^>]*-wal>/.test(line)) calls.push({ kind: isCommitFrameHeader(line) ? "walCommitFrame" : "walWrite" });
@@ -203,5 +204,16 @@ describe.skipIf(PTRACE_BLOCKED)("the gateway's pipeline on the real journal, tra
         expect(syncs.map((call) => call.kind), `command ${r}.${c}: fdatasync calls between its arrival and its reply`).toEqual([]);
       }
     }
+  });
+
+  it("commits the last commands' audit records, and syncs them, when the gateway stops cleanly", () => {
+    const trace = pipelineCalls();
+    const drain = marker(trace, "drain 0");
+    const drained = marker(trace, "drained 0");
+    expect(drain, "the drain in the trace").toBeGreaterThan(marker(trace, `reply ${ROUNDS - 1}.${COMMANDS_PER_ROUND - 1} applied`));
+    expect(drained).toBeGreaterThan(drain);
+    const auditWrite = trace.findLastIndex((c, i) => i > drain && i < drained && c.kind === "walCommitFrame");
+    expect(auditWrite, "the audit records written to the -wal during the drain").toBeGreaterThan(drain);
+    expect(walSyncedBetween(trace, auditWrite, drained), "an fdatasync of the -wal after they were written, before the drain ended").toBe(true);
   });
 });
