@@ -28,7 +28,7 @@ class HeldDevice implements DevicePort {
   }
 }
 
-function setup() {
+function setup(queueLimit = 10_000) {
   const journal = new MemoryJournal({ recentLimit: 8 });
   const snapshots = journal.load();
   const device = new HeldDevice();
@@ -48,7 +48,7 @@ function setup() {
         defer: (fn) => void setImmediate(fn),
       },
       // A lag no test reaches: the command's records wait until the drain commits them.
-      audit: { lagMs: 60_000, lagRecords: 1_000, queueLimit: 10_000, stallMs: 120_000 },
+      audit: { lagMs: 60_000, lagRecords: 1_000, queueLimit, stallMs: 120_000 },
       outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: (view) => states.push(view) },
       log: pino({ level: "silent" }),
       actuators: [
@@ -113,5 +113,23 @@ describe("what the shell shows, and when", () => {
       [5, "applied"],
       [6, "applied"],
     ]);
+  });
+
+  it("refuses a command with OVERLOADED, untouched, once the records not yet durable reach auditQueueLimit", async () => {
+    const { device, replies, gateway } = setup(3);
+    await turn();
+    gateway.submit(A, 1, { verb: "lease/acquire", holder: "line-a", ttlMs: 30_000 });
+    await turn();
+    await turn();
+    gateway.submit(A, 2, { verb: "command", holder: "line-a", token: 1, seq: 1, set: { position: 1 } });
+    await turn();
+    device.writes[0]!.answer({ kind: "applied", applied: { position: 1 } });
+    await turn();
+    gateway.submit(A, 3, { verb: "command", holder: "line-a", token: 1, seq: 2, set: { position: 2 } });
+    await turn();
+    expect(gateway.committer.backlog().records).toBe(3); // two of the first command, the intent of the second
+    gateway.submit(A, 4, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
+    expect(replies.get(4)).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: expect.stringMatching(/journal is 3 records behind/) } });
+    expect(device.writes).toHaveLength(2);
   });
 });
