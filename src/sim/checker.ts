@@ -4,12 +4,17 @@
  * actually applied, and checks the safety properties against that record alone: it never
  * reads the gateway's state or the core's bookkeeping.
  *
- *  1. writes and applies per actuator strictly increase in API (token, seq), across restarts;
- *     a fenced device's own applied (token, device seq) strictly increase too;
- *  2. a device write leaves only after its intent is durable, its (token, seq) is above the
- *     durable fence as it stood before that intent, and (but for the gateway's own safe-value
+ *  1. writes and applies per actuator strictly increase in API (token, seq), across restarts
+ *     (no stale accept, whatever the journal lost); a fenced device's own applied (token,
+ *     device seq) strictly increase too;
+ *  2. a device write leaves only under a token durably granted to its holder, its (token, seq)
+ *     is above the durable fence as it stands then, and (but for the gateway's own safe-value
  *     write) its token is the live lease's, of that holder;
- *  3. an "applied" reply only for an outcome already durable and really applied at the device;
+ *  3. an "applied" reply (also as a DUPLICATE's original) only for a command the device
+ *     really applied; the audit trail (intents, outcomes: asynchronous, issue 14) becomes
+ *     durable in the order the commands were written, each intent within the audit lag of
+ *     its write unless the process died first, and records "applied" only for what the
+ *     device applied;
  *  4. a lease reply only for a durable grant; no token granted twice; tokens only rise;
  *  5. at most one live lease per actuator at any simulated instant (gateway time);
  *  6. liveness: in the quiet tail every actuator grants a lease to a controller and applies
@@ -21,7 +26,7 @@
  */
 import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
-import type { JournalRecord, Outcome } from "../core/types.ts";
+import type { JournalRecord } from "../core/types.ts";
 import type { JournalEntry, OutboundReply } from "../shell/ports.ts";
 import type { GatewayRequest } from "../shell/gateway.ts";
 
@@ -50,8 +55,8 @@ class ActuatorHistory {
   // what the journal holds, folded by the checker itself
   durableFence: Pair = { token: 0, seq: null };
   readonly grants = new Map<number, string>();
-  readonly intents = new Map<string, { holder: string; fenceBefore: Pair }>();
-  readonly outcomes = new Map<string, Outcome["kind"]>();
+  /** The newest intent the audit trail made durable: they come in the order written. */
+  lastDurableIntent: Pair | null = null;
   // what happened at the device
   lastWrite: Pair | null = null;
   lastApplied: Pair | null = null;
@@ -84,10 +89,14 @@ export class Checker {
   private readonly actuators = new Map<string, ActuatorHistory>();
   private tailStartMs = Number.POSITIVE_INFINITY;
   private halted = false;
+  /** Writes whose intent is not yet durable, oldest first, with when it must be (rule 3's lag). */
+  private auditDue: { actuator: string; key: string; dueMs: number }[] = [];
 
   constructor(
     private readonly clock: () => number,
     actuatorIds: readonly string[],
+    /** The audit writer's time bound: an intent is durable at most this long after its write. */
+    private readonly auditLagMs: number,
     /** Bounded: a run that goes wrong stops collecting after this many. */
     private readonly maxViolations = 20,
     /** Receives every line of the history (`--trace`). */
@@ -123,6 +132,7 @@ export class Checker {
 
   /** A commit returned: its entries are durable. */
   onDurable(entries: readonly JournalEntry[]): void {
+    this.checkAuditLag();
     for (const { actuator, record } of entries) this.onDurableRecord(actuator, this.of(actuator), record);
   }
 
@@ -135,12 +145,17 @@ export class Checker {
         h.grants.set(record.token, record.holder);
         this.raise(h, { token: record.token, seq: null });
         return;
-      case "intent":
-        h.intents.set(key(record.token, record.seq), { holder: record.holder, fenceBefore: h.durableFence });
-        this.raise(h, { token: record.token, seq: record.seq });
+      case "intent": {
+        const p = { token: record.token, seq: record.seq };
+        if (h.lastDurableIntent !== null && cmp(p, h.lastDurableIntent) <= 0) this.violate(`${actuator}: the audit record of ${show(p)} became durable after that of ${show(h.lastDurableIntent)}`);
+        h.lastDurableIntent = p;
+        const k = key(record.token, record.seq);
+        this.auditDue = this.auditDue.filter((d) => d.actuator !== actuator || d.key !== k);
+        this.raise(h, p);
         return;
+      }
       case "outcome":
-        h.outcomes.set(key(record.token, record.seq), record.outcome.kind);
+        if (record.outcome.kind === "applied" && !h.applied.has(key(record.token, record.seq))) this.violate(`${actuator}: the audit trail records (${record.token}, ${record.seq}) applied, which the device never applied`);
         return;
       case "fenceObserved":
         this.raise(h, { token: record.token, seq: record.seq });
@@ -161,12 +176,10 @@ export class Checker {
     this.note(`write ${actuator} ${holder} (${token}, ${seq})`);
     this.counts.accepted++;
     if (holder === GATEWAY_HOLDER) this.counts.safeWrites++;
-    const intent = h.intents.get(key(token, seq));
-    if (!intent) {
-      this.violate(`${actuator}: (${token}, ${seq}) was written to the device before its intent was durable`);
-    } else if (cmp({ token, seq }, intent.fenceBefore) <= 0) {
-      this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(intent.fenceBefore)}`);
-    }
+    this.checkAuditLag();
+    if (h.grants.get(token) !== holder) this.violate(`${actuator}: (${token}, ${seq}) of ${holder} was written to the device under a token not durably granted to ${holder}`);
+    if (cmp({ token, seq }, h.durableFence) <= 0) this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(h.durableFence)}`);
+    this.auditDue.push({ actuator, key: key(token, seq), dueMs: this.clock() + this.auditLagMs });
     // The gateway's own safe-value write needs no lease; every other write needs the live one.
     const live = h.lease !== null && this.clock() < h.lease.expiresAtMs ? h.lease : null;
     if (holder !== GATEWAY_HOLDER && (live === null || live.token !== token || live.holder !== holder)) {
@@ -203,6 +216,9 @@ export class Checker {
 
   onCrash(epoch: number): void {
     this.note(`crash ${epoch}`);
+    // What the process had not yet committed is lost with it: allowed, once within the lag.
+    this.checkAuditLag();
+    this.auditDue = [];
     for (const h of this.actuators.values()) this.endLease(h, "other"); // every lease ends with the process
   }
 
@@ -222,6 +238,7 @@ export class Checker {
   onReply(epoch: number, actuator: string, request: GatewayRequest, reply: OutboundReply): void {
     const h = this.of(actuator);
     const now = this.clock();
+    this.checkAuditLag();
     this.note(`reply ${epoch} ${actuator} ${JSON.stringify(request)} -> ${JSON.stringify(reply)}`);
     if (!reply.ok) {
       const code = reply.error.code;
@@ -257,9 +274,16 @@ export class Checker {
   }
 
   private checkApplied(actuator: string, h: ActuatorHistory, token: number, seq: number): void {
-    const k = key(token, seq);
-    if (h.outcomes.get(k) !== "applied") this.violate(`${actuator}: "applied" replied for (${token}, ${seq}) before that outcome was durable`);
-    if (!h.applied.has(k)) this.violate(`${actuator}: "applied" replied for (${token}, ${seq}), which the device never applied`);
+    if (!h.applied.has(key(token, seq))) this.violate(`${actuator}: "applied" replied for (${token}, ${seq}), which the device never applied`);
+  }
+
+  /** Rule 3's bound: no intent of a live process waits past the audit lag for its commit. */
+  private checkAuditLag(): void {
+    const now = this.clock();
+    while (this.auditDue.length > 0 && this.auditDue[0]!.dueMs < now) {
+      const late = this.auditDue.shift()!;
+      this.violate(`${late.actuator}: the audit record of (${late.key.replace(":", ", ")}) was not durable ${this.auditLagMs} ms after its write (the audit lag)`);
+    }
   }
 
   // -------------------------------------------------------------------------------------
@@ -291,6 +315,7 @@ export class Checker {
   }
 
   finish(): void {
+    this.checkAuditLag();
     for (const [id, h] of this.actuators) {
       if (!h.tailSatisfied) this.violate(`liveness: ${id} granted no lease with an applied command in the quiet tail`);
       if (this.halted && h.safe) this.checkSafeValues(id, h);

@@ -11,6 +11,7 @@ import pino from "pino";
 import { step as realStep } from "../core/actuator.ts";
 import type { ActuatorConfig } from "../core/types.ts";
 import { Gateway, type ActuatorBinding, type GatewayRequest } from "../shell/gateway.ts";
+import { DEFAULT_AUDIT_BOUNDS, type AuditBounds } from "../shell/group-commit.ts";
 import type { Outbox } from "../shell/ports.ts";
 import { Checker } from "./checker.ts";
 import { Controller, type ControllerEnv } from "./controller.ts";
@@ -62,6 +63,12 @@ interface FaultProfile {
   readonly pCrashAfterSync: number;
   readonly pCrashAfterIntent: number;
   readonly pCrashAfterAct: number;
+  /** Per device write: the process dies as the write leaves, before its audit record is committed. */
+  readonly pCrashAfterWrite: number;
+  /** Per commit the audit lag forces (only audit records, the oldest at `lagMs` or `lagRecords` waiting): dies before its sync. */
+  readonly pCrashAtAuditLag: number;
+  /** The audit writer's bounds, drawn so that both the time and the record bound are reached. */
+  readonly audit: AuditBounds;
   readonly maxCrashes: number;
 }
 
@@ -80,6 +87,9 @@ function drawProfile(rng: Prng): FaultProfile {
     pCrashAfterSync: some(0.03),
     pCrashAfterIntent: some(0.1),
     pCrashAfterAct: some(0.1),
+    pCrashAfterWrite: some(0.1),
+    pCrashAtAuditLag: some(0.3),
+    audit: { ...DEFAULT_AUDIT_BOUNDS, lagMs: rng.int(1, 300), lagRecords: rng.int(1, 64) },
     maxCrashes: rng.int(1, 6),
   };
 }
@@ -117,7 +127,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const rngLine = root.fork();
   const rngGateway = root.fork();
   const world = new World(MAX_EVENTS);
-  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id), 20, options.trace ?? null);
+  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id), profile.audit.lagMs, 20, options.trace ?? null);
   const faults = new Map<string, number>();
   const fault = (kind: string) => {
     faults.set(kind, (faults.get(kind) ?? 0) + 1);
@@ -181,11 +191,18 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const journalHooks: JournalHooks = {
     crashAt: (entries): CommitCrash => {
       if (!canCrash()) return null;
-      if (entries.some((e) => e.record.type === "intent") && rngGateway.chance(profile.pCrashAfterIntent)) {
-        commitCrashKind = "afterIntentSynced"; // between the intent commit and the device write
+      const has = (type: string) => entries.some((e) => e.record.type === type);
+      // Only audit records, from a process not draining: the lag (its time or its record
+      // count) forced this commit, so the writer holds the most it may; all of it is lost.
+      const auditOnly = entries.every((e) => e.record.type === "intent" || e.record.type === "outcome");
+      if (auditOnly && current?.stopping === false && rngGateway.chance(profile.pCrashAtAuditLag)) {
+        commitCrashKind = "atAuditLagBound";
+        return "beforeSync";
+      }
+      if (has("intent") && rngGateway.chance(profile.pCrashAfterIntent)) {
+        commitCrashKind = "afterIntentSynced";
         return "afterSync";
       }
-      const has = (type: string) => entries.some((e) => e.record.type === type);
       const what = has("outcome") ? "Outcome" : has("granted") ? "Grant" : "Commit";
       if (rngGateway.chance(profile.pCrashBeforeSync)) {
         commitCrashKind = `before${what}Synced`;
@@ -229,7 +246,10 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       const port = new SimDevicePort(unit, world, rngLine, () => (faulty() ? profile.line : { ...profile.line, pLostAnswer: 0, pCrc: 0, pPowerLoss: 0 }), {
         alive,
         beforeWrite: (cmd) => {
-          if (alive()) checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
+          if (!alive()) return;
+          checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
+          // The frame still reaches the device (the port sends it regardless); its audit record, queued, is lost.
+          if (canCrash() && rngGateway.chance(profile.pCrashAfterWrite)) crash(self.p!, "afterWriteBeforeAudit");
         },
         onUnit: (online) => {
           if (alive()) self.p!.gateway.linkChanged(unit.id, online);
@@ -260,6 +280,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
         onFatal: (err) => {
           if (alive()) checker.note(`fatal ${String(err)}`);
         },
+        audit: profile.audit,
         ...(options.step ? { step: options.step } : {}),
       },
       snapshots,

@@ -30,7 +30,7 @@ export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, in
   );
   const record = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   effects.push(
-    { kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } },
+    { kind: "audit", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } },
     { kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } },
     { kind: "stateChanged" },
     { kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set },
@@ -39,23 +39,31 @@ export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, in
   return { state: { ...result.state, fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent }, effects };
 }
 
-/** Bug (b): the intent (the raised fence) is persisted after the device write, not before. */
-export function persistAfterWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+/**
+ * Bug (b): the fence persisted after the device write instead of before. Under issue 14 the
+ * fence a write relies on is its token's grant (a command's intent is audit, after by
+ * design): here a grant is persisted after the device write of the same step (the gateway's
+ * own safe write at a restart or expiry), so a crash between them leaves a device moved under
+ * a token the journal never had, and the next start may hand that token out again.
+ */
+export function grantAfterWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
   const result = step(config, state, input);
   const write = result.effects.findIndex((e) => e.kind === "deviceWrite");
-  if (write < 0) return result;
-  const intents = result.effects.filter((e) => e.kind === "persist" && e.record.type === "intent");
-  const others = result.effects.filter((e) => !intents.includes(e));
+  const grants = result.effects.filter((e, i) => i < write && e.kind === "persist" && e.record.type === "granted");
+  if (grants.length === 0) return result;
+  const others = result.effects.filter((e) => !grants.includes(e));
   const at = others.findIndex((e) => e.kind === "deviceWrite");
-  return { state: result.state, effects: [...others.slice(0, at + 1), ...intents, ...others.slice(at + 1)] };
+  return { state: result.state, effects: [...others.slice(0, at + 1), ...grants, ...others.slice(at + 1)] };
 }
 
-/** Bug (c): a command's reply leaves before its outcome is durable. */
-export function replyBeforeOutcomeStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
-  const result = step(config, state, input);
-  if (input.type !== "deviceResult") return result;
-  const replies = result.effects.filter((e) => e.kind === "reply");
-  return { state: result.state, effects: [...replies, ...result.effects.filter((e) => e.kind !== "reply")] };
+/**
+ * Bug (c): a reply says more than the device confirmed: a write whose answer never came
+ * (OUTCOME_UNKNOWN) is taken, and replied, as applied.
+ */
+export function unconfirmedAppliedStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  if (input.type !== "deviceResult" || input.outcome.kind !== "failed" || input.outcome.code !== "OUTCOME_UNKNOWN") return step(config, state, input);
+  const set = state.inFlight?.set ?? {};
+  return step(config, state, { ...input, outcome: { kind: "applied", applied: set } });
 }
 
 /** Bug (d): grants are not journaled, so a restart can hand out a token again. */
@@ -83,4 +91,17 @@ export function safeWriteOnceStep(config: ActuatorConfig, state: ActuatorState, 
 /** Bug (g): a restart ends the leases but owes no safe write (review finding 1b). */
 export function restartWithoutSafeWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
   return step(config, state, input.type === "restart" ? { type: "tick", nowMs: input.nowMs } : input);
+}
+
+/**
+ * Bug (h): a grant's reply leaves before its record is durable (the reply is moved ahead of
+ * the persist, and the shell carries effects out in order). A crash between the two lets the
+ * restarted gateway grant the same token again, or a stale holder act on a lease nobody knows.
+ */
+export function grantReplyBeforeDurableStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const result = step(config, state, input);
+  const grant = result.effects.findIndex((e) => e.kind === "persist" && e.record.type === "granted");
+  if (grant < 0) return result;
+  const replies = result.effects.filter((e) => e.kind === "reply");
+  return { state: result.state, effects: [...result.effects.slice(0, grant).filter((e) => e.kind !== "reply"), ...replies, ...result.effects.slice(grant).filter((e) => e.kind !== "reply")] };
 }

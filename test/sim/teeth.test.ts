@@ -7,20 +7,22 @@ import type { step } from "../../src/core/actuator.ts";
 import { runSeed } from "../../src/sim/run.ts";
 import {
   arrivalOnlyStep,
-  persistAfterWriteStep,
-  replyBeforeOutcomeStep,
+  grantAfterWriteStep,
+  grantReplyBeforeDurableStep,
   restartWithoutSafeWriteStep,
   safeWriteOnceStep,
   stealingAcquireStep,
+  unconfirmedAppliedStep,
   unjournaledGrantStep,
 } from "./broken-steps.ts";
 
 const MAX_SEEDS = 200;
 
-async function firstViolation(brokenStep: typeof step): Promise<{ seed: number; violation: string } | null> {
+/** The first seed with a violation (matching `only`, when given), and that violation. */
+async function firstViolation(brokenStep: typeof step, only?: RegExp): Promise<{ seed: number; violation: string } | null> {
   for (let seed = 1; seed <= MAX_SEEDS; seed++) {
     const result = await runSeed(seed, { step: brokenStep });
-    const violation = result.violations[0];
+    const violation = only === undefined ? result.violations[0] : result.violations.find((v) => only.test(v));
     if (violation !== undefined) return { seed, violation };
   }
   return null;
@@ -33,16 +35,16 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     expect(found!.violation).toMatch(/accepted (while the live lease|at or below the durable fence)/);
   });
 
-  it("(b) the fence persisted after the device write instead of before", async () => {
-    const found = await firstViolation(persistAfterWriteStep);
+  it("(b) the fence (a write's grant) persisted after the device write instead of before", async () => {
+    const found = await firstViolation(grantAfterWriteStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
-    expect(found!.violation).toMatch(/written to the device before its intent was durable/);
+    expect(found!.violation).toMatch(/written to the device under a token not durably granted/);
   });
 
-  it("(c) an applied reply sent before its outcome is durable", async () => {
-    const found = await firstViolation(replyBeforeOutcomeStep);
+  it("(c) an applied reply for a write the device never confirmed", async () => {
+    const found = await firstViolation(unconfirmedAppliedStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
-    expect(found!.violation).toMatch(/"applied" replied for .* before that outcome was durable/);
+    expect(found!.violation).toMatch(/"applied" replied for .*, which the device never applied/);
   });
 
   it("(d) grants not journaled", async () => {
@@ -67,5 +69,15 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     const found = await firstViolation(restartWithoutSafeWriteStep);
     expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
     expect(found!.violation).toMatch(/left at .* not at the safe values/);
+  });
+
+  it("(h) a grant replied before it is durable", async () => {
+    const found = await firstViolation(grantReplyBeforeDurableStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/lease \d+ for \S+ replied without a durable grant/);
+    // And what it leads to: a crash between the reply and the commit (the grant's commit
+    // lost), and the restarted gateway hands the same token out again.
+    const twice = await firstViolation(grantReplyBeforeDurableStep, /token (\d+) granted to \S+ after token \1 \(granted twice/);
+    expect(twice, `no token granted twice in ${MAX_SEEDS} seeds`).not.toBeNull();
   });
 });
