@@ -173,10 +173,6 @@ export class GroupCommitter {
     return new Promise((resolve) => this.durableWaiters.push({ upTo, resolve }));
   }
 
-  get pending(): number {
-    return this.waiting.length;
-  }
-
   /**
    * Records not yet durable have reached `queueLimit`: the disk is slower than the commands,
    * and the gateway refuses new ones (OVERLOADED) until it catches up, so that neither the
