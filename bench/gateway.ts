@@ -37,6 +37,7 @@
  *   npm run bench -- --profile           # also --cpu-prof the daemon (latency, scale 16) and summarise
  *   npm run bench -- --slow-sync-ms 10   # the slow-disk runs with 10 ms per fdatasync (0: none)
  *   npm run bench -- --node /path/to/node24/bin/node   # footprint on that Node too
+ *   npm run bench -- --only scale --scale 1,16 --profile   # where the CPU of 16 busy actuators goes
  *
  * Another Node runs the build (dist/) from a directory of its own, tmp/bench-node-abi<N>/:
  * a copy of node_modules whose better-sqlite3 is rebuilt for that Node's ABI (once; it
@@ -178,11 +179,22 @@ function cpuMs(pid: number): number {
 // ---------------------------------------------------------------------------------------
 // The world: broker, temp dir, daemons
 
+/** A measuring window on the monotonic clock (µs, as V8's profiles count), and the commands answered in it. */
+export interface MeasuredWindow {
+  readonly startUs: number;
+  readonly endUs: number;
+  readonly commands: number;
+}
+
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+
 interface World {
   readonly teardown: Teardown;
   readonly dir: string;
   readonly broker: Broker;
   readonly profileDir: string | null;
+  /** Per profiled daemon (by profile name), the measuring window: its summary counts only the samples inside it. */
+  readonly measured: Map<string, MeasuredWindow>;
   readonly log: (line: string) => void;
   /** What every daemon runs (FENCEGATE_RUNTIME), footprint's comparison aside. */
   readonly runtime: "dist" | "tsx";
@@ -426,6 +438,7 @@ async function latency(world: World, o: BenchOptions, slowSyncMs = 0): Promise<L
     for (let i = 0; i < Math.min(300, o.latencyCommands); i++) await lease.command({ position: i % 100 });
     const samples: number[] = [];
     const cpu0 = cpuMs(gw.pid);
+    const startUs = monotonicUs();
     const t0 = performance.now();
     for (let i = 0; i < o.latencyCommands; i++) {
       const s = performance.now();
@@ -433,6 +446,7 @@ async function latency(world: World, o: BenchOptions, slowSyncMs = 0): Promise<L
       samples.push(performance.now() - s);
     }
     const elapsedMs = performance.now() - t0;
+    if (r === 0 && slowSyncMs === 0) world.measured.set("latency", { startUs, endUs: monotonicUs(), commands: o.latencyCommands });
     const cpu = cpuMs(gw.pid) - cpu0;
     await lease.release();
     await client.close();
@@ -496,12 +510,21 @@ interface LoadResult {
   readonly daemonCpuPercent: number;
   /** The daemon's CPU time (all its threads, user + system) per command answered in the window, ms. */
   readonly daemonCpuMsPerCommand: number;
+  /** The daemon's read and write system calls (sockets, pty, journal) per command: what its CPU figure does not show under a loaded machine. */
+  readonly daemonSyscallsPerCommand: { readonly reads: number; readonly writes: number };
   /** This process (controllers and simulators), % of one core. */
   readonly benchCpuPercent: number;
   /** The whole machine, % of all cores busy (other users' work included), and stolen by the hypervisor. */
   readonly machineBusyPercent: number;
   readonly machineStealPercent: number;
   readonly rssMaxMb: number;
+  readonly window: MeasuredWindow;
+}
+
+/** System calls a process has made so far that read (syscr) and write (syscw), from /proc/<pid>/io. */
+function syscalls(pid: number): { reads: number; writes: number } {
+  const io = fs.readFileSync(`/proc/${pid}/io`, "utf8");
+  return { reads: Number(/syscr: (\d+)/.exec(io)?.[1]), writes: Number(/syscw: (\d+)/.exec(io)?.[1]) };
 }
 
 /** Machine-wide CPU counters from /proc/stat: busy and steal jiffies, and the total. */
@@ -526,8 +549,10 @@ async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: numbe
   await sleep(warmupMs);
   measuring = true;
   const cpu0 = cpuMs(gw.pid);
+  const sys0 = syscalls(gw.pid);
   const self0 = process.cpuUsage();
   const machine0 = machineCpu();
+  const startUs = monotonicUs();
   const t0 = performance.now();
   let rssMaxMb = rssMb(gw.pid);
   while (performance.now() - t0 < windowMs) {
@@ -535,7 +560,9 @@ async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: numbe
     rssMaxMb = Math.max(rssMaxMb, rssMb(gw.pid));
   }
   const elapsedMs = performance.now() - t0;
+  const endUs = monotonicUs();
   const cpu = cpuMs(gw.pid) - cpu0;
+  const sys1 = syscalls(gw.pid);
   const self = process.cpuUsage(self0);
   const machine1 = machineCpu();
   stop = true;
@@ -549,10 +576,12 @@ async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: numbe
     latency: dist(samples),
     daemonCpuPercent: (cpu / elapsedMs) * 100,
     daemonCpuMsPerCommand: cpu / Math.max(1, commands),
+    daemonSyscallsPerCommand: { reads: (sys1.reads - sys0.reads) / Math.max(1, commands), writes: (sys1.writes - sys0.writes) / Math.max(1, commands) },
     benchCpuPercent: ((self.user + self.system) / 1000 / elapsedMs) * 100,
     machineBusyPercent: ((machine1.busy - machine0.busy) / jiffies) * 100,
     machineStealPercent: ((machine1.steal - machine0.steal) / jiffies) * 100,
     rssMaxMb,
+    window: { startUs, endUs, commands },
   };
 }
 
@@ -593,6 +622,8 @@ export interface ScalePoint {
   readonly p50: Spread;
   readonly daemonCpuPercent: Spread;
   readonly daemonCpuMsPerCommand: Spread;
+  readonly daemonReadsPerCommand: Spread;
+  readonly daemonWritesPerCommand: Spread;
   readonly benchCpuPercent: Spread;
   readonly machineBusyPercent: Spread;
   readonly rssMaxMb: Spread;
@@ -611,7 +642,9 @@ async function scale(world: World, o: BenchOptions, slowSyncMs = 0): Promise<Sca
       const profileName = slowSyncMs ? "scale-16-slow-disk" : "scale-16";
       const gw = await startGateway(world, { ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS), slowSyncMs, ...(r === 0 && n === 16 ? { profileName } : {}) });
       const { clients, leases } = await acquireAll(world, `scale${n}-${r}`, sims.slice(0, n).map((_, i) => `valve-${i}`));
-      runs.push(await closedLoop(gw, leases, o.windowMs, 500));
+      const run = await closedLoop(gw, leases, o.windowMs, 500);
+      runs.push(run);
+      if (r === 0 && n === 16) world.measured.set(profileName, run.window);
       await releaseAll(clients, leases);
       await gw.stop();
     }
@@ -625,6 +658,8 @@ async function scale(world: World, o: BenchOptions, slowSyncMs = 0): Promise<Sca
       p50: spread(runs.map((x) => x.latency.p50)),
       daemonCpuPercent: spread(runs.map((x) => x.daemonCpuPercent)),
       daemonCpuMsPerCommand: spread(runs.map((x) => x.daemonCpuMsPerCommand)),
+      daemonReadsPerCommand: spread(runs.map((x) => x.daemonSyscallsPerCommand.reads)),
+      daemonWritesPerCommand: spread(runs.map((x) => x.daemonSyscallsPerCommand.writes)),
       benchCpuPercent: spread(runs.map((x) => x.benchCpuPercent)),
       machineBusyPercent: spread(runs.map((x) => x.machineBusyPercent)),
       rssMaxMb: spread(runs.map((x) => x.rssMaxMb)),
@@ -632,7 +667,7 @@ async function scale(world: World, o: BenchOptions, slowSyncMs = 0): Promise<Sca
     };
     points.push(point);
     world.log(
-      `  scale ${disk}${n}: ${perSecond.median.toFixed(0)} commands/s (×${point.growthVsLinear.toFixed(2)} of linear), p99 ${point.p99.median.toFixed(2)} ms, CPU % of a core: daemon ${point.daemonCpuPercent.median.toFixed(0)} (${point.daemonCpuMsPerCommand.median.toFixed(3)} ms/command), bench ${point.benchCpuPercent.median.toFixed(0)}; machine ${point.machineBusyPercent.median.toFixed(0)} % busy`,
+      `  scale ${disk}${n}: ${perSecond.median.toFixed(0)} commands/s (×${point.growthVsLinear.toFixed(2)} of linear), p99 ${point.p99.median.toFixed(2)} ms, CPU % of a core: daemon ${point.daemonCpuPercent.median.toFixed(0)} (${point.daemonCpuMsPerCommand.median.toFixed(3)} ms, ${point.daemonReadsPerCommand.median.toFixed(1)} reads + ${point.daemonWritesPerCommand.median.toFixed(1)} writes per command), bench ${point.benchCpuPercent.median.toFixed(0)}; machine ${point.machineBusyPercent.median.toFixed(0)} % busy`,
     );
   }
   return points;
@@ -685,6 +720,7 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     const { clients, leases } = await acquireAll(world, `bus-${r}`, units.map((u) => `unit-${u}`));
     const before = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
     const load = await closedLoop(gw, leases, o.windowMs, 500);
+    if (r === 0) world.measured.set("bus", load.window);
     // The counters cover warm-up and drain too: scale by their own span, not the window.
     const after = { requests: sim.counters.requests, units: units.map((u) => sim.device(u)) };
     await releaseAll(clients, leases);
@@ -965,7 +1001,14 @@ async function footprint(world: World, o: BenchOptions): Promise<FootprintResult
 
 export interface ProfileSummary {
   readonly file: string;
+  /** Only the samples in this window were counted (the measuring window; not start-up, warm-up or shutdown). */
+  readonly window: MeasuredWindow | null;
+  /** CPU the profile saw busy in the window, ms (one thread's: the main thread). */
   readonly totalMs: number;
+  /** totalMs per command answered in the window. */
+  readonly msPerCommand: number | null;
+  /** The garbage collector's share of totalMs. */
+  readonly gcShare: number;
   readonly byArea: { area: string; ms: number; share: number }[];
   readonly topFunctions: { fn: string; ms: number; share: number }[];
 }
@@ -1014,10 +1057,16 @@ function areaOf(url: string, fn: string): string {
   return url;
 }
 
-export function summariseProfile(file: string): ProfileSummary {
-  const profile = JSON.parse(fs.readFileSync(file, "utf8")) as { nodes: CpuNode[]; samples: number[]; timeDeltas: number[] };
+export function summariseProfile(file: string, window?: MeasuredWindow): ProfileSummary {
+  const profile = JSON.parse(fs.readFileSync(file, "utf8")) as { nodes: CpuNode[]; startTime: number; samples: number[]; timeDeltas: number[] };
   const msById = new Map<number, number>();
-  profile.samples.forEach((id, i) => msById.set(id, (msById.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0) / 1000));
+  let atUs = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    const deltaUs = profile.timeDeltas[i] ?? 0;
+    atUs += deltaUs;
+    if (window && (atUs < window.startUs || atUs > window.endUs)) return;
+    msById.set(id, (msById.get(id) ?? 0) + deltaUs / 1000);
+  });
   const byArea = new Map<string, number>();
   const byFn = new Map<string, number>();
   const toSource = sourceMapper();
@@ -1041,7 +1090,10 @@ export function summariseProfile(file: string): ProfileSummary {
       .map(([k, ms]) => ({ k, ms, share: ms / total }));
   return {
     file,
+    window: window ?? null,
     totalMs: total,
+    msPerCommand: window ? total / Math.max(1, window.commands) : null,
+    gcShare: (byArea.get("(garbage collector)") ?? 0) / total,
     byArea: top(byArea, 15).map(({ k, ms, share }) => ({ area: k, ms, share })),
     topFunctions: top(byFn, 20).map(({ k, ms, share }) => ({ fn: k, ms, share })),
   };
@@ -1089,6 +1141,7 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
   const dir = teardown.add(fs.mkdtempSync(path.join(tmpRoot, `bench-gw-${stamp}-`)), (d) => fs.rmSync(d, { recursive: true, force: true }));
   const profileDir = o.profile ? path.join(tmpRoot, `profile-${stamp}`) : null; // kept after the run
   if (profileDir) fs.mkdirSync(profileDir, { recursive: true });
+  const measured = new Map<string, MeasuredWindow>();
   const result: BenchResult = {
     at: new Date().toISOString(),
     machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model ?? "?", node: process.version, loadavgBefore: os.loadavg(), loadavgAfter: [], totalMemMb: Math.round(os.totalmem() / 2 ** 20) },
@@ -1110,7 +1163,7 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
   print(`the daemon runs from ${runtime === "dist" ? "dist/ (compiled)" : "the sources through tsx"}`);
   try {
     const broker = teardown.add(await startMosquitto(), (b) => b.stop());
-    const world: World = { teardown, dir, broker, profileDir, log: print, runtime };
+    const world: World = { teardown, dir, broker, profileDir, measured, log: print, runtime };
     for (const w of o.only) {
       print(`\n${w}:`);
       if (w === "latency") {
@@ -1135,7 +1188,7 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
     // Per profiled daemon, the busiest thread's profile (the main thread, not the loader's worker).
     result.profiles = fs.readdirSync(profileDir).flatMap((name) => {
       const sub = path.join(profileDir, name);
-      const files = fs.readdirSync(sub).filter((f) => f.endsWith(".cpuprofile")).map((f) => summariseProfile(path.join(sub, f)));
+      const files = fs.readdirSync(sub).filter((f) => f.endsWith(".cpuprofile")).map((f) => summariseProfile(path.join(sub, f), measured.get(name)));
       return files.sort((a, b) => b.totalMs - a.totalMs).slice(0, 1);
     });
   }
@@ -1262,9 +1315,10 @@ function report(r: BenchResult): void {
     }
   }
   for (const p of r.profiles ?? []) {
-    console.log(`\nCPU profile ${path.relative(repo, p.file)}: ${p.totalMs.toFixed(0)} ms busy`);
+    const per = p.window && p.msPerCommand !== null ? ` in the measuring window (${((p.window.endUs - p.window.startUs) / 1000).toFixed(0)} ms, ${p.window.commands} commands): ${p.msPerCommand.toFixed(3)} ms per command on the main thread` : " (whole run)";
+    console.log(`\nCPU profile ${path.relative(repo, p.file)}: ${p.totalMs.toFixed(0)} ms busy${per}; GC ${(p.gcShare * 100).toFixed(1)} %`);
     console.log(`  by area:   ${p.byArea.slice(0, 10).map((a) => `${a.area} ${(a.share * 100).toFixed(1)}%`).join(", ")}`);
-    for (const f of p.topFunctions.slice(0, 12)) console.log(`    ${(f.share * 100).toFixed(1).padStart(5)} %  ${f.fn}`);
+    for (const f of p.topFunctions.slice(0, 20)) console.log(`    ${(f.share * 100).toFixed(1).padStart(5)} %  ${f.fn}`);
   }
   console.log(`\ntargets (load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}):`);
   const w = (pick: (t: Target) => string, min: number) => Math.max(min, ...r.targets.map((t) => pick(t).length));
@@ -1282,11 +1336,12 @@ async function main(): Promise<void> {
       profile: { type: "boolean", default: false },
       "slow-sync-ms": { type: "string" },
       node: { type: "string", multiple: true },
+      scale: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
   if (values.help) {
-    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile] [--slow-sync-ms N[,N…] (0: no slow-disk runs)] [--node /path/to/other/node …]`);
+    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile] [--slow-sync-ms N[,N…] (0: no slow-disk runs)] [--scale 1,4,16,64] [--node /path/to/other/node …]`);
     return;
   }
   const base = defaultOptions(values.quick);
@@ -1295,7 +1350,9 @@ async function main(): Promise<void> {
   const slowSyncMs = values["slow-sync-ms"] === undefined ? base.slowSyncMs : values["slow-sync-ms"].split(",").map(Number);
   if (!slowSyncMs.every((ms) => Number.isFinite(ms) && ms >= 0 && ms <= 1000)) throw new Error("--slow-sync-ms: numbers of milliseconds from 0 to 1000, separated by commas");
   const nodes = (values.node ?? []).map((n) => path.resolve(n));
-  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile, slowSyncMs: slowSyncMs.filter((ms) => ms > 0), nodes });
+  const scaleCounts = values.scale === undefined ? base.scaleCounts : values.scale.split(",").map(Number);
+  if (!scaleCounts.every((n) => Number.isSafeInteger(n) && n >= 1 && n <= 64)) throw new Error("--scale: actuator counts from 1 to 64, separated by commas (the first is the base of linear)");
+  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile, slowSyncMs: slowSyncMs.filter((ms) => ms > 0), nodes, scaleCounts });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
