@@ -4,7 +4,8 @@
  *   step(config, state, input) -> { state, effects }
  *
  * No I/O, no clock, no randomness: time arrives as `input.nowMs` (monotonic). Effects are
- * data, in the order the shell must perform them (see {@link Effect}). Every refusal is a
+ * data, in the order the shell must perform them (see {@link Effect}): grants are persisted
+ * before their reply, commands' records are an asynchronous audit. Every refusal is a
  * reply with a contract code, never an exception.
  */
 import type { ErrorCode } from "./codes.ts";
@@ -479,7 +480,7 @@ function sendSafeWriteIfDue(s: Step): void {
 function accept(s: Step, cmd: QueuedCommand): void {
   const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: boundRecent([...s.state.recent, record], s.config.limits.recentLimit) });
-  s.emit({ kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
+  s.emit({ kind: "audit", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
   // The write first: publishing the event and the state is not on the device's path.
   s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
   s.emit({ kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } });
@@ -502,7 +503,7 @@ function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): vo
     if (outcome.kind !== "applied") s.set({ safeWrite: { ...safe, notBeforeMs: s.nowMs + safeRetryDelayMs(s.config.limits, safe.attempts) } });
     else if (safe.token === token) s.set({ safeWrite: null });
   }
-  s.emit({ kind: "persist", record: { type: "outcome", token, seq, outcome } });
+  s.emit({ kind: "audit", record: { type: "outcome", token, seq, outcome } });
   const reply = outcomeReply({ ...cmd, outcome });
   if (reply.ok) {
     s.reply(cmd.ref, reply);

@@ -119,7 +119,11 @@ export interface ActuatorState {
   readonly safeWrite: SafeWrite | null;
 }
 
-/** What the journal stores; each is one atomic durable step. */
+/**
+ * What the journal stores, in one ordered stream. Grants (`granted`, `fenceObserved`) are
+ * durable before anything that depends on them; commands' `intent` and `outcome` are their
+ * asynchronous audit trail (see {@link Effect}).
+ */
 export type JournalRecord =
   | { readonly type: "granted"; readonly holder: string; readonly token: number }
   | {
@@ -186,13 +190,25 @@ export interface CoreEvent {
   readonly applied?: PointValues;
 }
 
+/** A record that raises the highest token granted or the fence: durable before it is relied on. */
+export type GrantRecord = Extract<JournalRecord, { readonly type: "granted" | "fenceObserved" }>;
+/** A command's record: what was sent to the device and how it ended. */
+export type AuditRecord = Extract<JournalRecord, { readonly type: "intent" | "outcome" }>;
+
 /**
- * Effects, in the order the shell must carry them out. A `persist` must be durable before
- * any effect after it in the same list is performed: that is how "durable before the
- * grant is sent" and "fence durable before the device is written" are kept.
+ * Effects, in the order the shell must carry them out. A `persist` (a grant) must be durable
+ * before any effect after it in the same list is performed: that is how "durable before the
+ * grant is sent" is kept. An `audit` record is handed to the journal in its place in the
+ * order and is not waited for: a command never waits for the disk (issue 14). That is safe
+ * because every lease ends at restart and the next grant is above every token granted
+ * before (durable before its reply), so no command under a token from before a crash can be
+ * accepted again, whatever its seq; the seq fence matters only inside one live lease, where
+ * memory holds it. A crash may lose the newest audit records: a retry of such a command then
+ * gets a lease error (STALE_TOKEN, LEASE_EXPIRED), not DUPLICATE.
  */
 export type Effect =
-  | { readonly kind: "persist"; readonly record: JournalRecord }
+  | { readonly kind: "persist"; readonly record: GrantRecord }
+  | { readonly kind: "audit"; readonly record: AuditRecord }
   | {
       readonly kind: "deviceWrite";
       readonly holder: string;

@@ -2,22 +2,31 @@
  * The shell: feeds requests, device results, link changes and time into the pure core,
  * and carries out the effects it returns, in order, per actuator:
  *
- *   persist  → awaited (group commit) before anything after it in the same step
+ *   persist  → a grant: awaited (group commit) before anything after it in the same step
+ *   audit    → a command's record: queued in the journal's ordered stream, not awaited
  *   deviceWrite → started; its outcome comes back as a `deviceResult` input
  *   reply / event / stateChanged → handed to the outbox
  *
  * Effects of successive steps of one actuator run strictly one after another, so a reply
- * or a published state never runs ahead of the journal. Whatever is shown outside the
- * core's effects (a `read` reply, the state published after a poll, /status) shows the
- * state as of the last step whose effects have all been carried out: never a lease, token
- * or fence whose record is still on its way to the disk.
+ * or a published state never runs ahead of a grant. Whatever is shown outside the core's
+ * effects (a `read` reply, the state published after a poll, /status) shows the state as of
+ * the last step whose effects have all been carried out (see {@link ActuatorRuntime.showable}).
+ *
+ * What may be shown before it is durable, and why: nothing about a lease or a token (its
+ * grant is persisted first), but a command's (token, seq) inside the live lease may be shown
+ * once the device has answered it, before its audit record is on disk. The seq part of the
+ * fence matters only inside one live lease, and memory holds it there; every lease ends at
+ * restart and the next grant is above every token granted before, so after a crash no
+ * command under an earlier token is accepted again, whatever seq the journal kept; a fenced
+ * device stores its own fence in the same FC16 as the setpoint, and the gateway reads it at
+ * start. A crash can only make a retry of such a command a lease error instead of DUPLICATE.
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { EMPTY_SNAPSHOT, GATEWAY_HOLDER, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
 import { verify } from "../core/signature.ts";
-import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Input, PointValues } from "../core/types.ts";
-import { GroupCommitter } from "./group-commit.ts";
+import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
+import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type GrantCommit, type GroupPort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
 
 export type GatewayRequest =
@@ -60,6 +69,8 @@ export interface GatewayDeps {
   readonly onFatal: (err: unknown) => void;
   /** How long a journal batch that finds the disk idle may wait for other actuators' records (see GroupCommitter). */
   readonly gatherMaxMs?: number;
+  /** The audit trail's lag, queue and stall bounds (journal.audit* in the configuration); default DEFAULT_AUDIT_BOUNDS. */
+  readonly audit?: AuditBounds;
   /** Told of each batch of journal records once it is durable (the status page's view of the journal). */
   readonly onDurable?: (entries: readonly JournalEntry[]) => void;
   /** The core's transition function; only the simulator's checker tests replace it (with a broken rule). */
@@ -91,6 +102,8 @@ class ActuatorRuntime {
   state: ActuatorState;
   /** The state as of the last step whose effects were all carried out: the one shown. */
   private shown: ActuatorState;
+  /** The fence before the command now at the device: shown until the device answers it. */
+  private fenceBeforeWrite: Fence;
   points: PointValues = {};
   /** Monotonic time the device last answered a read of its points; null: not yet. */
   private pointsReadAtMs: number | null = null;
@@ -130,6 +143,7 @@ class ActuatorRuntime {
   ) {
     this.state = initialState(snapshot);
     this.shown = this.state;
+    this.fenceBeforeWrite = this.state.fence;
     this.fenceKnown = !binding.fenced;
   }
 
@@ -138,13 +152,28 @@ class ActuatorRuntime {
   }
 
   dispatch(input: Input): void {
+    const before = this.state;
     const result = (this.gw.deps.step ?? step)(this.binding.config, this.state, input);
     this.state = result.state;
-    const snapshot = result.state;
+    const snapshot = this.showable(before, result.state);
     if (result.effects.length > 0) {
       this.chain = this.chain.then(() => this.perform(result.effects, snapshot)).catch((err: unknown) => this.gw.fatal(err));
     }
     this.rearmWake();
+  }
+
+  /**
+   * What of `after` may be shown once the step's effects are carried out: all of it, but for
+   * the (token, seq) of a command still at the device, which is shown once the device has
+   * answered (see the module comment). Until then the fence shown is the one before it: the
+   * previous command's, answered, or the grant of its token (a grant raises the fence to
+   * (token, null), durably, before any command under it is accepted).
+   */
+  private showable(before: ActuatorState, after: ActuatorState): ActuatorState {
+    const cmd = after.inFlight;
+    if (cmd === null) return after;
+    if (cmd !== before.inFlight) this.fenceBeforeWrite = cmd.token > before.fence.token ? { token: cmd.token, seq: null } : before.fence;
+    return { ...after, fence: this.fenceBeforeWrite };
   }
 
   /** Resolves when every effect handed out so far has been carried out. */
@@ -169,6 +198,17 @@ class ActuatorRuntime {
             this.abandon(effects.slice(i + 1), failure);
             return;
           }
+          break;
+        }
+        case "audit": {
+          // Queued in order behind the grants before it, and not waited for: the device write
+          // and the reply after it say only what the device confirmed (see the module comment).
+          const entries = [{ actuator: this.id, record: effect.record }];
+          while (effects[i + 1]?.kind === "audit") {
+            const next = effects[++i] as Extract<Effect, { kind: "audit" }>;
+            entries.push({ actuator: this.id, record: next.record });
+          }
+          this.gw.committer.audit(entries);
           break;
         }
         case "deviceWrite":
@@ -528,7 +568,12 @@ export class Gateway {
     readonly deps: GatewayDeps,
     snapshots: ReadonlyMap<string, DurableSnapshot>,
   ) {
-    this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, { gatherMaxMs: deps.gatherMaxMs ?? 0, onDurable: deps.onDurable });
+    this.committer = new GroupCommitter(deps.journal, deps.scheduler, deps.clock, {
+      gatherMaxMs: deps.gatherMaxMs ?? 0,
+      onDurable: deps.onDurable,
+      audit: deps.audit,
+      onFailure: (err) => this.fatal(err),
+    });
     this.serving = deps.group === undefined;
     for (const binding of deps.actuators) {
       this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
@@ -635,6 +680,12 @@ export class Gateway {
         this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token }));
         return;
       case "command":
+        if (this.committer.saturated) {
+          const { records } = this.committer.backlog();
+          outbox.reply(ref, { ok: false, error: { code: "OVERLOADED", message: `The journal is ${records} records behind (the disk is slower than the commands); the command was not sent. Retry shortly.` } });
+          this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, seq: request.seq, code: "OVERLOADED" });
+          return;
+        }
         this.now((nowMs) =>
           rt.dispatch({
             type: "command",
@@ -709,10 +760,14 @@ export class Gateway {
       const busy = [...this.runtimes.values()].some((rt) => rt.state.inFlight !== null || rt.state.queue.length > 0 || (rt.state.safeWrite !== null && rt.state.online));
       await Promise.all([...this.runtimes.values()].map((rt) => rt.settled()));
       if (!busy) break;
-      if (this.deps.clock.monotonicMs() >= deadline) return false;
+      if (this.deps.clock.monotonicMs() >= deadline) {
+        await this.committer.idle(); // the audit records still within their lag, committed now
+        return false;
+      }
       await new Promise<void>((resolve) => this.deps.scheduler.at(this.deps.clock.monotonicMs() + 5, resolve));
     }
     for (const rt of this.runtimes.values()) rt.stop();
+    await this.committer.idle();
     return true;
   }
 

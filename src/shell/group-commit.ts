@@ -1,11 +1,42 @@
 import type { Clock, Journal, JournalEntry, JournalWriter, Scheduler } from "./ports.ts";
 import { isJournalWriter } from "./ports.ts";
 
+/** How far the asynchronous audit trail (commands' records) may lag behind, and how long a commit may take. */
+export interface AuditBounds {
+  /** An audit record waits at most this long for a commit to carry it. */
+  readonly lagMs: number;
+  /** This many audit records waiting start a commit at once. */
+  readonly lagRecords: number;
+  /** Records waiting (not yet durable) at which new commands are refused (see {@link GroupCommitter.saturated}). */
+  readonly queueLimit: number;
+  /** A commit not durable this long after it was sent is a stalled disk: fatal. */
+  readonly stallMs: number;
+}
+
+/** The configuration's defaults (src/config/schema.ts, journal.*): tests and the simulator run with them. */
+export const DEFAULT_AUDIT_BOUNDS: AuditBounds = { lagMs: 200, lagRecords: 256, queueLimit: 8192, stallMs: 10_000 };
+
 export interface GroupCommitOptions {
   /** The longest a batch that finds the disk idle waits for other actuators' records (0: never). */
   readonly gatherMaxMs: number;
   /** Told of each batch's records once durable, before any of its callers resumes. */
   readonly onDurable?: ((entries: readonly JournalEntry[]) => void) | undefined;
+  readonly audit?: AuditBounds | undefined;
+  /**
+   * Told once when a commit fails or stalls. Nobody waits for an audit record, so this is
+   * how its failure stops the daemon (fail-stop: nothing more is decided).
+   */
+  readonly onFailure?: ((err: unknown) => void) | undefined;
+}
+
+/** A commit sent to the journal has not come back within `stallMs`. */
+export class JournalStallError extends Error {
+  override readonly name = "JournalStallError";
+  constructor(stallMs: number, records: number) {
+    super(
+      `a journal commit of ${records} record(s) has not become durable within ${stallMs} ms (journal.stallMs): the disk has stalled. The gateway stops rather than go on with a journal it cannot write; check the disk (dmesg, free space), then restart.`,
+    );
+  }
 }
 
 /** Weight of the newest sync in the running estimate of the sync time. */
@@ -23,10 +54,21 @@ interface Waiter {
   readonly reject: (e: unknown) => void;
 }
 
+const nobody = (): void => {};
+
 /**
  * Batches the journal records that become ready in the same turn of the event loop into
  * one durable commit (group commit). Every caller's promise resolves only after the
  * commit that contains its records returned, i.e. after fsync: nobody replies early.
+ *
+ * Two kinds of record share one ordered stream. A grant (`persist`) is committed at once
+ * and its caller waits. A command's audit record (`audit`) is queued and nobody waits: it
+ * goes with the next commit, which a grant starts, or `lagRecords` audit records waiting,
+ * or the oldest having waited `lagMs`, whichever comes first. Records are never reordered,
+ * so a grant's commit carries every audit record queued before it, and the journal folds
+ * them in the order the core decided them. A commit that fails, or is not durable within
+ * `stallMs`, is fatal (`onFailure`): an audit trail that cannot be written stops the daemon
+ * as a grant that cannot would.
  *
  * With a {@link JournalWriter} (the SQLite journal) the commit's fsync runs off the event
  * loop: one batch is in flight at a time; what becomes ready meanwhile accumulates and goes
@@ -60,6 +102,17 @@ export class GroupCommitter {
   private inFlightRecords = 0;
   private inFlightSinceMs = 0;
   private cancelGather: (() => void) | null = null;
+  private readonly bounds: AuditBounds;
+  /** Records in `waiting` (all kinds); of them audit records, and when the oldest of those arrived. */
+  private waitingRecords = 0;
+  private auditWaiting = 0;
+  private auditSinceMs = 0;
+  /** A grant is in `waiting`: its caller waits, so the next flush goes at once. */
+  private grantWaiting = false;
+  /** Stopping: everything waiting goes now, whatever the lag. */
+  private urgent = false;
+  private cancelLag: (() => void) | null = null;
+  private cancelStall: (() => void) | null = null;
   /** Figures for metrics and benchmarks. */
   commits = 0;
   entriesCommitted = 0;
@@ -71,33 +124,91 @@ export class GroupCommitter {
     private readonly options: GroupCommitOptions = { gatherMaxMs: 0 },
   ) {
     this.writer = isJournalWriter(journal) ? journal : null;
+    this.bounds = options.audit ?? DEFAULT_AUDIT_BOUNDS;
   }
 
+  /** A grant: resolves once it (and everything queued before it) is durable. */
   persist(entries: readonly JournalEntry[]): Promise<void> {
     if (this.failed !== null) return Promise.reject(this.failed);
     return new Promise((resolve, reject) => {
-      if (this.waiting.length === 0) this.waitingSinceMs = this.clock.monotonicMs();
-      this.waiting.push({ entries, resolve, reject });
+      this.enqueue({ entries, resolve, reject });
+      this.grantWaiting = true;
       this.schedule();
     });
+  }
+
+  /**
+   * A command's audit record: queued in order, committed within the lag bounds; nobody
+   * waits. After a failure it is dropped: the daemon is stopping already.
+   */
+  audit(entries: readonly JournalEntry[]): void {
+    if (this.failed !== null || entries.length === 0) return;
+    if (this.auditWaiting === 0) this.auditSinceMs = this.clock.monotonicMs();
+    this.enqueue({ entries, resolve: nobody, reject: nobody });
+    this.auditWaiting += entries.length;
+    if (this.auditWaiting >= this.bounds.lagRecords) this.schedule();
+    else this.armLag();
+  }
+
+  private enqueue(waiter: Waiter): void {
+    if (this.waiting.length === 0) this.waitingSinceMs = this.clock.monotonicMs();
+    this.waiting.push(waiter);
+    this.waitingRecords += waiter.entries.length;
   }
 
   get pending(): number {
     return this.waiting.length;
   }
 
+  /**
+   * Records not yet durable have reached `queueLimit`: the disk is slower than the commands,
+   * and the gateway refuses new ones (OVERLOADED) until it catches up, so that neither the
+   * memory they take nor what a crash could lose grows without bound.
+   */
+  get saturated(): boolean {
+    return this.waitingRecords + (this.inFlight ? this.inFlightRecords : 0) >= this.bounds.queueLimit;
+  }
+
   /** Records handed over and not yet durable, and when the oldest of them was handed over (monotonic ms; null: none). */
   backlog(): { readonly records: number; readonly oldestAtMs: number | null } {
-    const waiting = this.waiting.reduce((n, w) => n + w.entries.length, 0);
-    const records = waiting + (this.inFlight ? this.inFlightRecords : 0);
+    const records = this.waitingRecords + (this.inFlight ? this.inFlightRecords : 0);
     if (records === 0) return { records, oldestAtMs: null };
     return { records, oldestAtMs: this.inFlight ? this.inFlightSinceMs : this.waitingSinceMs };
   }
 
-  /** Resolves once nothing is waiting or in flight (committed or failed): before closing the journal. */
+  /** Commits everything waiting now, and resolves once nothing is waiting or in flight (committed or failed): before closing the journal. */
   idle(): Promise<void> {
+    this.urgent = true;
+    if (this.waiting.length > 0) this.schedule();
     if (this.isIdle()) return Promise.resolve();
     return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Whether what is waiting should be committed now rather than gather more audit records. */
+  private due(): boolean {
+    if (this.grantWaiting || this.urgent || this.auditWaiting >= this.bounds.lagRecords) return true;
+    return this.clock.monotonicMs() >= this.auditSinceMs + this.bounds.lagMs;
+  }
+
+  /** Audit records waiting: a commit once the oldest has waited `lagMs`. */
+  private armLag(): void {
+    if (this.cancelLag !== null) return;
+    this.cancelLag = this.scheduler.at(this.auditSinceMs + this.bounds.lagMs, () => {
+      this.cancelLag = null;
+      if (this.waiting.length > 0) this.schedule();
+    });
+  }
+
+  /** Takes everything waiting, as the next batch. */
+  private take(): Waiter[] {
+    const batch = this.waiting;
+    this.waiting = [];
+    this.waitingRecords = 0;
+    this.auditWaiting = 0;
+    this.grantWaiting = false;
+    this.cancelLag?.();
+    this.cancelLag = null;
+    return batch;
   }
 
   private isIdle(): boolean {
@@ -114,22 +225,22 @@ export class GroupCommitter {
     this.scheduled = false;
     // One in flight at a time: the rest go together when it is acknowledged.
     if (this.inFlight || this.failed !== null) return;
-    const batch = this.waiting;
-    this.waiting = [];
-    if (batch.length === 0) return this.notifyIdle();
-    const entries = batch.flatMap((w) => w.entries);
+    if (this.waiting.length === 0) return this.notifyIdle();
+    if (!this.due()) return this.armLag(); // audit records only, within their lag
     if (this.writer === null) {
+      const batch = this.take();
+      const entries = batch.flatMap((w) => w.entries);
       try {
         this.journal.commit(entries);
       } catch (err) {
         return this.fail(err, batch);
       }
       this.committed(batch, entries);
-      return;
+      return this.notifyIdle();
     }
-    const gatherUntilMs = this.gatherUntilMs(batch);
+    // Gathering is for grants, whose callers wait; audit records have waited their lag already.
+    const gatherUntilMs = this.grantWaiting && !this.urgent ? this.gatherUntilMs(this.waiting) : null;
     if (gatherUntilMs !== null) {
-      this.waiting = batch;
       this.cancelGather ??= this.scheduler.at(gatherUntilMs, () => {
         this.cancelGather = null;
         this.flush();
@@ -138,11 +249,19 @@ export class GroupCommitter {
     }
     this.cancelGather?.();
     this.cancelGather = null;
+    const batch = this.take();
+    const entries = batch.flatMap((w) => w.entries);
     this.lastBatchActuators = actuatorsIn(batch);
     this.inFlight = true;
     this.inFlightRecords = entries.length;
     this.inFlightSinceMs = this.waitingSinceMs;
     const sentAtMs = this.clock.monotonicMs();
+    const stallMs = this.bounds.stallMs;
+    this.cancelStall = this.scheduler.at(sentAtMs + stallMs, () => {
+      this.cancelStall = null;
+      this.inFlight = false;
+      this.fail(new JournalStallError(stallMs, entries.length), batch);
+    });
     let sent: Promise<void>;
     try {
       sent = this.writer.commitAsync(entries);
@@ -151,6 +270,9 @@ export class GroupCommitter {
     }
     sent.then(
       () => {
+        if (this.failed !== null) return; // stalled: given up on already
+        this.cancelStall?.();
+        this.cancelStall = null;
         const tookMs = this.clock.monotonicMs() - sentAtMs;
         this.syncEstimateMs += (tookMs - this.syncEstimateMs) * SYNC_EWMA_WEIGHT;
         this.inFlight = false;
@@ -159,13 +281,16 @@ export class GroupCommitter {
         else this.notifyIdle();
       },
       (err: unknown) => {
+        if (this.failed !== null) return;
+        this.cancelStall?.();
+        this.cancelStall = null;
         this.inFlight = false;
         this.fail(err, batch);
       },
     );
   }
 
-  /** Until when `batch`, finding the disk idle, waits for more actuators' records; null: send now. */
+  /** Until when the records waiting, finding the disk idle, wait for more actuators' records; null: send now. */
   private gatherUntilMs(batch: readonly Waiter[]): number | null {
     const windowMs = Math.min(this.options.gatherMaxMs, this.syncEstimateMs / 2);
     if (windowMs < MIN_GATHER_MS || this.lastBatchActuators < 2 || actuatorsIn(batch) >= this.lastBatchActuators) return null;
@@ -186,10 +311,10 @@ export class GroupCommitter {
     // Nothing after a failed commit may be trusted: refuse every later persist too,
     // including those that were waiting behind the failed batch.
     this.failed = err;
-    const later = this.waiting;
-    this.waiting = [];
+    const later = this.take();
     for (const w of batch) w.reject(err);
     for (const w of later) w.reject(err);
+    this.options.onFailure?.(err);
     this.notifyIdle();
   }
 

@@ -137,26 +137,47 @@ describe("command acceptance", () => {
     return d;
   }
 
-  it("accepts the holder's first command with any seq, persists the intent before the device write", () => {
+  it("accepts the holder's first command with any seq: the intent goes to the audit trail, nothing waits for the disk", () => {
     const d = held();
     const effects = d.feed({ type: "command", ref: 5, holder: "A", token: 1, seq: 42, set: { position: 10 }, deadlineMs: 1_000 });
     const kinds = effects.map((e) => e.kind);
-    expect(kinds.indexOf("persist")).toBeLessThan(kinds.indexOf("deviceWrite"));
-    expect(effects.find((e) => e.kind === "persist")).toEqual({
-      kind: "persist",
+    expect(kinds).not.toContain("persist");
+    expect(kinds.indexOf("audit")).toBeLessThan(kinds.indexOf("deviceWrite"));
+    expect(effects.find((e) => e.kind === "audit")).toEqual({
+      kind: "audit",
       record: { type: "intent", holder: "A", token: 1, seq: 42, set: { position: 10 } },
     });
     expect(d.state.fence).toEqual({ token: 1, seq: 42 });
     expect(replyTo(effects, 5)).toBeUndefined(); // nothing is claimed before the device answers
   });
 
-  it("replies applied only after the outcome is persisted", () => {
+  it("replies applied with the outcome handed to the audit trail first, and no persist", () => {
     const d = held();
     d.feed({ type: "command", ref: 5, holder: "A", token: 1, seq: 1, set: { position: 10 }, deadlineMs: 1_000 });
     const effects = d.feed({ type: "deviceResult", token: 1, seq: 1, outcome: { kind: "applied", applied: { position: 10 } } });
     const kinds = effects.map((e) => e.kind);
-    expect(kinds.indexOf("persist")).toBeLessThan(kinds.indexOf("reply"));
+    expect(kinds).not.toContain("persist");
+    expect(kinds.indexOf("audit")).toBeLessThan(kinds.indexOf("reply"));
     expect(replyTo(effects, 5)).toEqual({ ok: true, outcome: "applied", token: 1, seq: 1, applied: { position: 10 } });
+  });
+
+  it("a command whose audit records a crash lost gets LEASE_EXPIRED on retry after the restart, not DUPLICATE", () => {
+    const d = held();
+    expect(d.command("A", 1, 7)).toMatchObject({ ok: true, outcome: "applied" });
+    d.restart(true, 0); // the intent and outcome were still on their way to the disk
+    const { reply } = d.request({ type: "command", ref: d.ref(), holder: "A", token: 1, seq: 7, set: { position: 50 }, deadlineMs: 1_000 });
+    expect(codeOf(reply)).toBe("LEASE_EXPIRED");
+    expect(d.deviceWrites()).toHaveLength(1);
+  });
+
+  it("with policy safe, the same retry gets STALE_TOKEN: the restart's safe write took a newer token", () => {
+    const d = new CoreDriver({ ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } });
+    d.acquire("A", 10_000);
+    expect(d.command("A", 1, 7)).toMatchObject({ ok: true, outcome: "applied" });
+    d.restart(true, 0);
+    const { reply } = d.request({ type: "command", ref: d.ref(), holder: "A", token: 1, seq: 7, set: { position: 50 }, deadlineMs: 1_000 });
+    expect(codeOf(reply)).toBe("STALE_TOKEN");
+    expect(d.deviceWrites().filter((w) => w.holder === "A")).toHaveLength(1);
   });
 
   const refusals: [string, (d: CoreDriver) => { holder: string; token: number; seq: number; set?: Record<string, number> }, string][] = [

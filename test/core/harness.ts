@@ -1,7 +1,7 @@
 /** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects. */
 import { EMPTY_SNAPSHOT, initialState, step, type DurableSnapshot } from "../../src/core/actuator.ts";
 import { afterRestart, applyRecord } from "../../src/core/durable.ts";
-import type { ActuatorConfig, ActuatorState, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
+import type { ActuatorConfig, ActuatorState, AuditRecord, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
 
 export const CONFIG: ActuatorConfig = {
   points: {
@@ -20,8 +20,13 @@ export class CoreDriver {
   nowMs = 1_000;
   /** Every effect ever emitted, in order. */
   readonly log: Effect[] = [];
-  /** The fold of every record persisted so far: what a restart finds in the journal. */
+  /**
+   * The fold of every record known durable: each grant's, and with it every audit record
+   * before it (one ordered stream: a grant's commit carries the audit records queued before it).
+   */
   durable: DurableSnapshot = EMPTY_SNAPSHOT;
+  /** Audit records handed to the journal since the last grant: what a crash may lose. */
+  pendingAudit: AuditRecord[] = [];
   private nextRef = 1;
 
   constructor(
@@ -36,12 +41,29 @@ export class CoreDriver {
     const result = step(this.config, this.state, { ...input, nowMs: this.nowMs } as Input);
     this.state = result.state;
     this.log.push(...result.effects);
-    for (const e of result.effects) if (e.kind === "persist") this.durable = applyRecord(this.durable, e.record, this.config.limits.recentLimit);
+    for (const e of result.effects) {
+      if (e.kind === "audit") this.pendingAudit.push(e.record);
+      if (e.kind === "persist") {
+        this.keepAudit(this.pendingAudit.length);
+        this.durable = applyRecord(this.durable, e.record, this.config.limits.recentLimit);
+      }
+    }
     return [...result.effects];
   }
 
-  /** The gateway process dies and starts again over everything persisted: a `restart`, then the link. */
-  restart(online = true): Effect[] {
+  /** The first `count` pending audit records become durable; the rest are gone. */
+  private keepAudit(count: number): void {
+    for (const record of this.pendingAudit.slice(0, count)) this.durable = applyRecord(this.durable, record, this.config.limits.recentLimit);
+    this.pendingAudit = [];
+  }
+
+  /**
+   * The gateway process dies and starts again over what was durable: a `restart`, then the
+   * link. `auditKept`: how many of the audit records since the last grant had been committed
+   * (default all: a clean stop commits them); a crash loses the others.
+   */
+  restart(online = true, auditKept = Number.POSITIVE_INFINITY): Effect[] {
+    this.keepAudit(Math.min(auditKept, this.pendingAudit.length));
     this.state = initialState(afterRestart(this.durable));
     const effects = this.feed({ type: "restart" });
     if (online) effects.push(...this.feed({ type: "link", online: true }));

@@ -30,7 +30,7 @@ export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, in
   );
   const record = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   effects.push(
-    { kind: "persist", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } },
+    { kind: "audit", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } },
     { kind: "event", event: { type: "accepted", holder: cmd.holder, token: cmd.token, seq: cmd.seq } },
     { kind: "stateChanged" },
     { kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set },
@@ -44,7 +44,7 @@ export function persistAfterWriteStep(config: ActuatorConfig, state: ActuatorSta
   const result = step(config, state, input);
   const write = result.effects.findIndex((e) => e.kind === "deviceWrite");
   if (write < 0) return result;
-  const intents = result.effects.filter((e) => e.kind === "persist" && e.record.type === "intent");
+  const intents = result.effects.filter((e) => e.kind === "audit" && e.record.type === "intent");
   const others = result.effects.filter((e) => !intents.includes(e));
   const at = others.findIndex((e) => e.kind === "deviceWrite");
   return { state: result.state, effects: [...others.slice(0, at + 1), ...intents, ...others.slice(at + 1)] };
