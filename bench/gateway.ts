@@ -894,7 +894,7 @@ async function startupOnce(world: World, sim: SimulatorHandle, r: number, launch
     } catch {
       await sleep(2);
     }
-    if (performance.now() - t0 > 30_000) throw new Error(`the daemon did not grant a lease within 30 s; stderr: ${daemon.stderr}`);
+    if (performance.now() - t0 > 30_000) throw new Error(`the daemon did not grant a lease within 30 s; stderr: ${daemon.stderr}; last lines: ${JSON.stringify(daemon.logs.slice(-5))}`);
   }
   await client.request("valve-0", "command", { holder: client.holder, token, seq: 0, set: { position: 10 } });
   const firstCommandMs = performance.now() - t0;
@@ -951,7 +951,7 @@ async function footprintOf(world: World, o: BenchOptions, sims: readonly Simulat
  * Where `node` (another Node binary) can run the build: tmp/bench-node-abi<N>/, a copy of
  * node_modules with better-sqlite3 rebuilt for that Node's ABI (made once and kept; the
  * shared node_modules is built for this Node and stays as it is), with fresh copies of
- * bin/, dist/, config/ and package.json beside it, as in an installed package.
+ * bin/, dist/, config/, the status page's files and package.json beside it.
  */
 function installFor(node: string, log: (line: string) => void): Launch {
   const probe = spawnSync(node, ["-p", "process.version + ' ' + process.versions.modules"], { encoding: "utf8" });
@@ -974,8 +974,10 @@ function installFor(node: string, log: (line: string) => void): Launch {
     if (rebuilt.status !== 0 || loads.status !== 0) throw new Error(`--node ${node}: better-sqlite3 could not be rebuilt for it:\n${rebuilt.stdout}${rebuilt.stderr}${loads.stderr}`);
     fs.writeFileSync(ready, `${version}\n`);
   }
-  for (const d of ["bin", "dist", "config"]) {
+  // What the daemon reads at run time beside node_modules (the status page's files from the sources' tree).
+  for (const d of ["bin", "dist", "config", "src/adapters/http/status-page"]) {
     fs.rmSync(path.join(root, d), { recursive: true, force: true });
+    fs.mkdirSync(path.dirname(path.join(root, d)), { recursive: true });
     fs.cpSync(path.join(repo, d), path.join(root, d), { recursive: true });
   }
   fs.copyFileSync(path.join(repo, "package.json"), path.join(root, "package.json"));
