@@ -65,7 +65,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   mkdirSync(dirname(config.journal.path), { recursive: true });
   // Its exclusive lock is held from here to close; every commit's fdatasync runs on libuv's
   // thread pool, off the event loop.
-  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit });
+  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit, syncStallMs: config.journal.commitStallMs });
   let snapshots: ReturnType<SqliteJournal["load"]>;
   try {
     snapshots = journal.load(); // throws JournalError: the caller reports it and exits
@@ -189,6 +189,12 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       gatewayId: config.gatewayId,
       journal,
       gatherMaxMs: config.journal.gatherMaxMs,
+      audit: {
+        lagMs: config.journal.auditLagMs,
+        lagRecords: config.journal.auditLagRecords,
+        queueLimit: config.journal.auditQueueLimit,
+        stallMs: config.journal.commitStallMs,
+      },
       clock: realClock,
       scheduler: realScheduler,
       outbox,
@@ -212,6 +218,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     const problem = journal.problem();
     return problem === null ? null : `the journal cannot commit: ${problem}`;
   };
+  /** Records handed to the journal and not yet durable (mostly the audit trail), the oldest's age, and the commits made. */
+  const journalLag = () => {
+    const { records, oldestAtMs } = gateway.committer.backlog();
+    return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs, commits: gateway.committer.commits };
+  };
   const health: HealthSource = {
     // /healthz: the daemon's own problems, and no bus open at all (it cannot reach a single
     // device). One bus or device down is in the details, not a 503: the rest still serve.
@@ -227,6 +238,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     queueDepths: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.queue.length ?? 0] as [string, number]),
     linkStates: () => gateway.actuatorIds().map((id) => [id, gateway.state(id)?.online ?? false] as [string, boolean]),
     pointFaults: () => gateway.actuatorIds().map((id) => [id, Object.keys(gateway.view(id)?.pointFaults ?? {}).length] as [string, number]),
+    journalLag,
   };
 
   let server: Server | null = null;
@@ -242,10 +254,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
         facts: {
           brokerConnected: () => link.connected,
           buses: () => [...buses].map(([name, b]) => ({ name, up: b.isUp })),
-          auditLag: () => {
-            const { records, oldestAtMs } = gateway.committer.backlog();
-            return { records, oldestMs: oldestAtMs === null ? 0 : realClock.monotonicMs() - oldestAtMs };
-          },
+          auditLag: journalLag,
           journalProblem: () => journal.problem(),
           healthProblem: () => health.problem(),
         },
@@ -253,7 +262,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       statusRoutes = new StatusRoutes({
         board,
         openAudit: () => AuditReader.open(config.journal.path),
-        whenDurable: () => journal.whenDurable(),
+        whenDurable: () => gateway.committer.whenDurable(),
         maxEventStreams: config.metrics.statusPage.maxEventStreams,
       });
     }
@@ -337,9 +346,16 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     async stop() {
       if (stopping) return;
       stopping = true;
-      log.info("draining: no new requests; finishing the commands in progress");
-      const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
-      if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      if (journalFailed) {
+        // Nothing can be decided or recorded any more: stop as a crash would (the journal's
+        // restart reads what is durable), without draining or closing the journal, whose
+        // close syncs the disk again and would hang on a stalled one.
+        log.warn("the journal failed: stopping at once, as a crash would, without draining; commands in progress are not on record");
+      } else {
+        log.info("draining: no new requests; finishing the commands in progress");
+        const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
+        if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+      }
       // Stepping down gives the leader key up at once: a standby takes over without waiting for the TTL.
       await member?.stop();
       gateway.stop();
@@ -347,7 +363,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       await Promise.all([...buses.values()].map((b) => b.close()));
       await gateway.committer.idle(); // the commits in flight finish before the journal closes
       statusRoutes?.close(); // its event streams would hold the server open, its reader the journal's file
-      journal.close();
+      if (!journalFailed) journal.close();
       member?.close();
       await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
       log.info("fencegate daemon stopped");

@@ -470,7 +470,27 @@ const journal = z.strictObject({
    * their records to share its fdatasync; at most half the recent fdatasync time.
    */
   gatherMaxMs: ms(0, 50).default(2),
-}).prefault({});
+  /**
+   * Commands' records (intent, outcome) are an audit trail committed in the background: a
+   * record waits at most auditLagMs, or until auditLagRecords are waiting, for its commit.
+   * What a crash can lose is at most that much of the trail (never a grant).
+   */
+  auditLagMs: ms(1, 5_000).default(200),
+  auditLagRecords: intIn(1, 100_000).default(256),
+  /** Records not yet durable at which new commands are refused (OVERLOADED) until the disk catches up. */
+  auditQueueLimit: intIn(16, 1_000_000).default(8192),
+  /** A commit not durable this long after it was sent means a stalled disk: the daemon stops (exit 74). */
+  commitStallMs: ms(100, 600_000).default(10_000),
+})
+  .superRefine((j, ctx) => {
+    if (finite(j.auditLagRecords) && finite(j.auditQueueLimit) && j.auditLagRecords > j.auditQueueLimit) {
+      ctx.addIssue({ code: "custom", path: ["auditLagRecords"], message: `Must be at most auditQueueLimit (${j.auditQueueLimit}): a commit must start before new commands are refused.` });
+    }
+    if (finite(j.auditLagMs) && finite(j.commitStallMs) && j.auditLagMs >= j.commitStallMs) {
+      ctx.addIssue({ code: "custom", path: ["auditLagMs"], message: `Must be below commitStallMs (${j.commitStallMs}).` });
+    }
+  }, ALWAYS)
+  .prefault({});
 
 const logging = z.strictObject({
   level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),

@@ -705,7 +705,7 @@ export function checkJournalDir(journalPath: string, slowFsyncMs: number): Findi
   const figures = `median ${median.toFixed(2)} ms, max ${max.toFixed(2)} ms over ${samples.length} writes`;
   const details = { fsyncMedianMs: round2(median), fsyncMaxMs: round2(max) };
   return [median > slowFsyncMs
-    ? { check, status: "warn", message: `${dir}: write + fdatasync is slow (${figures}); every lease grant and accepted command waits for one before it is answered.`, fix: "Use a better SD card (A1/A2 class) or an SSD over USB for /var/lib/fencegate.", details }
+    ? { check, status: "warn", message: `${dir}: write + fdatasync is slow (${figures}); every lease grant waits for one before it is answered, and commands' audit records fall behind (journal.auditLagMs).`, fix: "Use a better SD card (A1/A2 class) or an SSD over USB for /var/lib/fencegate.", details }
     : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details }];
 }
 

@@ -14,12 +14,15 @@
  *
  * What may be shown before it is durable, and why: nothing about a lease or a token (its
  * grant is persisted first), but a command's (token, seq) inside the live lease may be shown
- * once the device has answered it, before its audit record is on disk. The seq part of the
- * fence matters only inside one live lease, and memory holds it there; every lease ends at
- * restart and the next grant is above every token granted before, so after a crash no
- * command under an earlier token is accepted again, whatever seq the journal kept; a fenced
- * device stores its own fence in the same FC16 as the setpoint, and the gateway reads it at
- * start. A crash can only make a retry of such a command a lease error instead of DUPLICATE.
+ * before its audit record is on disk: the state shows it once the device has answered it
+ * (until then the fence before it), and the `accepted` event and the fence in a refusal
+ * name it as the decision it is. The seq part of the fence matters only inside one live
+ * lease, and memory holds it there; every lease ends at restart and the next grant is above
+ * every token granted before, so after a crash no command under an earlier token is
+ * accepted again, whatever seq the journal kept; a fenced device stores its own fence in the
+ * same FC16 as the setpoint and refuses an older token by itself. A crash can only make a
+ * retry of such a command a lease error instead of DUPLICATE, and the fence's seq under the
+ * dead token read lower than it was shown.
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";

@@ -34,7 +34,7 @@ export class JournalStallError extends Error {
   override readonly name = "JournalStallError";
   constructor(stallMs: number, records: number) {
     super(
-      `a journal commit of ${records} record(s) has not become durable within ${stallMs} ms (journal.stallMs): the disk has stalled. The gateway stops rather than go on with a journal it cannot write; check the disk (dmesg, free space), then restart.`,
+      `a journal commit of ${records} record(s) has not become durable within ${stallMs} ms (journal.commitStallMs): the disk has stalled. The gateway stops rather than go on with a journal it cannot write; check the disk (dmesg, free space), then restart.`,
     );
   }
 }
@@ -113,6 +113,10 @@ export class GroupCommitter {
   private urgent = false;
   private cancelLag: (() => void) | null = null;
   private cancelStall: (() => void) | null = null;
+  /** Records handed over so far, and how many of them are durable; who waits for a count. */
+  private handedRecords = 0;
+  private durableRecords = 0;
+  private durableWaiters: { readonly upTo: number; readonly resolve: () => void }[] = [];
   /** Figures for metrics and benchmarks. */
   commits = 0;
   entriesCommitted = 0;
@@ -154,6 +158,19 @@ export class GroupCommitter {
     if (this.waiting.length === 0) this.waitingSinceMs = this.clock.monotonicMs();
     this.waiting.push(waiter);
     this.waitingRecords += waiter.entries.length;
+    this.handedRecords += waiter.entries.length;
+  }
+
+  /**
+   * Resolves once every record handed over before this call is durable (within the audit
+   * lag, without forcing a commit): a reader of the journal file (the audit trail) answers
+   * after this, so it shows the newest commands, and never a record a crash could still
+   * take back. Never rejects: after a failure it resolves, and the daemon is stopping.
+   */
+  whenDurable(): Promise<void> {
+    const upTo = this.handedRecords;
+    if (this.durableRecords >= upTo || this.failed !== null) return Promise.resolve();
+    return new Promise((resolve) => this.durableWaiters.push({ upTo, resolve }));
   }
 
   get pending(): number {
@@ -301,8 +318,10 @@ export class GroupCommitter {
   private committed(batch: readonly Waiter[], entries: readonly JournalEntry[]): void {
     this.commits++;
     this.entriesCommitted += entries.length;
+    this.durableRecords += entries.length;
     this.options.onDurable?.(entries);
     for (const w of batch) w.resolve();
+    while (this.durableWaiters.length > 0 && this.durableWaiters[0]!.upTo <= this.durableRecords) this.durableWaiters.shift()!.resolve();
   }
 
   private fail(err: unknown, batch: readonly Waiter[]): void {
@@ -314,6 +333,7 @@ export class GroupCommitter {
     const later = this.take();
     for (const w of batch) w.reject(err);
     for (const w of later) w.reject(err);
+    for (const w of this.durableWaiters.splice(0)) w.resolve();
     this.options.onFailure?.(err);
     this.notifyIdle();
   }

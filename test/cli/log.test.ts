@@ -1,9 +1,12 @@
 /**
  * `fencegate log` against the journal of a real daemon (real Mosquitto, the simulated
  * valves over Modbus TCP), read while the daemon keeps committing: the reader never blocks
- * a commit, never sees a torn state, and the journal is whole afterwards.
+ * a commit, never sees a torn state, and the journal is whole afterwards. Commands' records
+ * reach the journal within the audit lag (issue 14): a test reads the trail once the
+ * daemon's /metrics says nothing is waiting for a commit.
  */
 import { execFile } from "node:child_process";
+import http from "node:http";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -14,6 +17,7 @@ import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import type { SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { TestController } from "../support/controller.ts";
 import { FENCEGATE_BIN, valve, type DaemonProcess } from "../support/daemon.ts";
+import { freePort } from "../support/ports.ts";
 import { Teardown, daemonReport, startStack, stopDaemon } from "../support/stack.ts";
 
 const teardown = new Teardown();
@@ -23,6 +27,22 @@ let daemon: DaemonProcess;
 let sim: SimulatorHandle;
 let a: TestController;
 let b: TestController;
+let metricsPort: number;
+
+/** Resolves once no journal record waits for its commit: every command replied so far is in the trail. */
+async function trailDurable(): Promise<void> {
+  const waiting = () =>
+    new Promise<number>((resolve, reject) => {
+      http.get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => {
+        let body = "";
+        res.setEncoding("utf8").on("data", (c: string) => (body += c));
+        res.on("end", () => resolve(Number(/^fencegate_journal_lag_records (\d+)$/m.exec(body)?.[1] ?? NaN)));
+      }).on("error", reject);
+    });
+  let last = Number.NaN;
+  for (let i = 0; i < 100 && (last = await waiting()) !== 0; i++) await new Promise((r) => setTimeout(r, 20));
+  expect(last, "journal records still waiting for a commit").toBe(0);
+}
 
 interface Run {
   readonly code: number;
@@ -49,14 +69,18 @@ async function logJson(...args: string[]): Promise<Entry[]> {
 }
 
 beforeAll(async () => {
+  metricsPort = await freePort();
   const stack = await startStack(teardown, {
     name: "log",
     sim: () => ({ units: [1, 2], rate: 0 }),
     gateway: ({ host, port }) => ({
       buses: { sim: { type: "tcp", host, port, timeoutMs: 300 } },
       actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2, "fenced", { pollIntervalMs: 3_600_000 })],
-      // Every command of the run stays on record; a checkpoint every 128 commits happens several times.
+      // Every command of the run stays on record; a commit every other audit record (about one
+      // per command), so a checkpoint every 128 commits happens several times.
       commands: { recentLimit: 1000 },
+      journal: { auditLagRecords: 2 },
+      metricsPort,
     }),
     fenced: ["valve-1", "valve-2"],
   });
@@ -70,7 +94,7 @@ afterAll(() => teardown.run());
 
 describe("fencegate log", () => {
   it("reads the trail while the daemon keeps committing, without blocking it or seeing a torn state", async () => {
-    const COMMANDS = 200; // 400 commits: the journal checkpoints (every 128) three times under the held snapshot
+    const COMMANDS = 200; // 200 commits or more: the journal checkpoints (every 128) under the held snapshot
     const { lease } = await a.acquire("valve-1", 60_000);
     // A reader that holds one snapshot open for the whole run: SQLite's WAL lets the daemon
     // commit (and checkpoint) past it, and the snapshot does not move.
@@ -81,8 +105,13 @@ describe("fencegate log", () => {
 
     let done = false;
     let slowestMs = 0;
+    let sent = 0;
+    const reads: Entry[][] = [];
+    sim.setDelay(2); // commands no longer wait for the disk: paced, so that reads overlap them
     const commanding = (async () => {
-      for (let seq = 1; seq <= COMMANDS; seq++) {
+      // At least COMMANDS, and on until two reads have overlapped them (within recentLimit).
+      for (let seq = 1; seq <= COMMANDS || (reads.length < 2 && seq < 900); seq++) {
+        sent = seq;
         const started = performance.now();
         const reply = await a.command("valve-1", lease.token, seq, { position: seq % 100 });
         slowestMs = Math.max(slowestMs, performance.now() - started);
@@ -90,7 +119,6 @@ describe("fencegate log", () => {
       }
       done = true;
     })();
-    const reads: Entry[][] = [];
     while (!done) {
       const entries = await logJson("valve-1", "--limit", "1000");
       reads.push(entries);
@@ -101,25 +129,23 @@ describe("fencegate log", () => {
       for (const e of entries) expect(["applied", "pending"]).toContain(e.outcome.kind);
     }
     await commanding;
+    sim.setDelay(0);
     expect(reads.length).toBeGreaterThanOrEqual(2);
     // Each later read saw at least as much as the one before: snapshots only move forward.
     for (let i = 1; i < reads.length; i++) expect(reads[i]!.length).toBeGreaterThanOrEqual(reads[i - 1]!.length);
     expect(count()).toBe(heldCount);
     held.exec("COMMIT");
-    expect(count()).toBeGreaterThanOrEqual(heldCount + COMMANDS);
+    await trailDurable();
+    expect(count()).toBeGreaterThanOrEqual(heldCount + sent);
     held.close();
     expect(slowestMs).toBeLessThan(2000);
     expect(daemon.logs.filter((l) => /journal/i.test(String(l.msg)) && l.level >= 50)).toEqual([]);
 
     // All of them, in the order they were applied.
-    let final: Entry[] = [];
-    for (let i = 0; i < 50 && final[0]?.outcome.kind !== "applied"; i++) {
-      final = (await logJson("valve-1", "--limit", "1000")).filter((e) => e.token === lease.token);
-      if (final[0]?.outcome.kind !== "applied") await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(final.map((e) => e.seq)).toEqual(Array.from({ length: COMMANDS }, (_, i) => COMMANDS - i));
+    const final = (await logJson("valve-1", "--limit", "1000")).filter((e) => e.token === lease.token);
+    expect(final.map((e) => e.seq)).toEqual(Array.from({ length: sent }, (_, i) => sent - i));
     expect(final.every((e) => e.outcome.kind === "applied" && e.holder === "line-a" && e.at !== null)).toBe(true);
-    expect(final[0]!.set).toEqual({ position: COMMANDS % 100 });
+    expect(final[0]!.set).toEqual({ position: sent % 100 });
   });
 
   it("filters by holder, outcome and time, and prints a table for people", async () => {
@@ -130,6 +156,7 @@ describe("fencegate log", () => {
     await a.request("valve-2", "lease/release", { holder: "line-a", token: la.token });
     const { lease: lb } = await b.acquire("valve-2", 2_000);
     expect(await b.command("valve-2", lb.token, 7, { position: 77 })).toMatchObject({ ok: true });
+    await trailDurable();
 
     expect((await logJson("valve-2")).map((e) => [e.holder, e.seq])).toEqual([["line-b", 7], ["line-a", 2], ["line-a", 1]]);
     expect((await logJson("valve-2", "--holder", "line-a")).map((e) => e.seq)).toEqual([2, 1]);

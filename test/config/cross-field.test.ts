@@ -12,6 +12,20 @@ describe("cross-field checks", () => {
     expect(() => parseConfig(minimalConfig())).not.toThrow();
   });
 
+  it("the audit trail's bounds: a commit starts before new commands are refused, and the lag stays below the stall deadline", () => {
+    const c = minimalConfig();
+    c.journal = { path: "/tmp/j.db", auditLagRecords: 500, auditQueueLimit: 400 };
+    expect(onlyProblem(c)).toEqual({ path: "journal.auditLagRecords", message: "Must be at most auditQueueLimit (400): a commit must start before new commands are refused." });
+    c.journal = { path: "/tmp/j.db", auditLagMs: 2000, commitStallMs: 1000 };
+    expect(onlyProblem(c)).toEqual({ path: "journal.auditLagMs", message: "Must be below commitStallMs (1000)." });
+  });
+
+  it("the audit trail's settings are bounded and named with their unit", () => {
+    const c = minimalConfig();
+    c.journal = { path: "/tmp/j.db", auditLagMs: 0, auditLagRecords: 1.5, auditQueueLimit: 10, commitStallMs: 10 };
+    expect(pathsOf(c)).toEqual(["journal.auditLagMs", "journal.auditLagRecords", "journal.auditQueueLimit", "journal.commitStallMs"]);
+  });
+
   it("actuator ids must be unique", () => {
     const c = minimalConfig();
     c.actuators[1].id = "valve-1";

@@ -28,7 +28,7 @@ describe("defaults", () => {
     expect(config.buses.plc).toEqual({ type: "tcp", host: "10.0.0.5", port: 502, timeoutMs: 1000, reconnect: { minMs: 500, maxMs: 30_000 } });
     expect(config.leases).toEqual({ minTtlMs: 1000, maxTtlMs: 300_000, defaultTtlMs: 10_000 });
     expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
-    expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2 });
+    expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2, auditLagMs: 200, auditLagRecords: 256, auditQueueLimit: 8192, commitStallMs: 10_000 });
     expect(config.logging).toEqual({ level: "info" });
     expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 }, allowNonLoopback: false });
     expect(config.shutdown).toEqual({ drainTimeoutMs: 5000 });

@@ -14,7 +14,7 @@ function setup(expiry: "hold" | "safe" = "safe") {
     version: "1.2.3",
     clock,
     actuators: [{ id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry, points: [{ name: "position", unit: "%", writable: true }] }],
-    facts: { brokerConnected: () => true, buses: () => [{ name: "sim", up: true }], auditLag: () => ({ records: 2, oldestMs: 3.4 }), journalProblem: () => null, healthProblem: () => null },
+    facts: { brokerConnected: () => true, buses: () => [{ name: "sim", up: true }], auditLag: () => ({ records: 2, oldestMs: 3.4, commits: 7 }), journalProblem: () => null, healthProblem: () => null },
   });
   const event = (e: CoreEvent) => board.event("valve-1", { ...e, at: new Date(0) });
   const view = (patch: Partial<StateView> = {}): StateView => ({ actuator: "valve-1", online: true, lease: null, fence: { token: 0, seq: null }, points: {}, pointsAgeMs: null, gateway: "gw", safeWrite: null, pointFaults: {}, problem: null, at: new Date(0), ...patch });

@@ -183,11 +183,11 @@ function board() {
     version: "0",
     clock,
     actuators: [{ id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry: "hold", points: [] }],
-    facts: { brokerConnected: () => true, buses: () => [], auditLag: () => ({ records: 0, oldestMs: 0 }), journalProblem: () => null, healthProblem: () => null },
+    facts: { brokerConnected: () => true, buses: () => [], auditLag: () => ({ records: 0, oldestMs: 0, commits: 0 }), journalProblem: () => null, healthProblem: () => null },
   });
 }
 
-const health: HealthSource = { problem: () => null, details: () => ({}), queueDepths: () => [], linkStates: () => [], pointFaults: () => [] };
+const health: HealthSource = { problem: () => null, details: () => ({}), queueDepths: () => [], linkStates: () => [], pointFaults: () => [], journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }) };
 
 async function serve(b: StatusBoard, options: { auth?: { token: string } | { username: string; password: string }; maxStreamBufferBytes?: number } = {}) {
   const routes = new StatusRoutes({

@@ -1,7 +1,8 @@
 /**
  * The audit trail's reader (audit.ts) and what the journal gives it: schema 3's time per
- * record, the migration of a schema 1 journal, a reader beside an open writer, and
- * whenDurable (the status page answers only with durable records).
+ * record, the migration of a schema 1 journal, and a reader beside an open writer. (The
+ * status page answers only once the records handed to the journal are durable: the group
+ * committer's whenDurable, test/journal/group-commit.test.ts.)
  */
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -111,24 +112,6 @@ describe("audit trail", () => {
     expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0); // a read-only reader neither checkpoints nor removes it
     const journal = openSqliteJournal({ path: file, recentLimit: 10 });
     expect(journal.load().get("valve-1")).toMatchObject({ highestGranted: 7 });
-    journal.close();
-  });
-
-  it("whenDurable waits for the commits written before it, not those after", async () => {
-    const file = newPath();
-    const syncs: (() => void)[] = [];
-    const journal = openSqliteJournal({ path: file, recentLimit: 10, fdatasync: (fd, cb) => syncs.push(() => fs.fdatasync(fd, cb)) });
-    journal.load();
-    await expect(journal.whenDurable()).resolves.toBeUndefined(); // nothing waiting
-    const committed = journal.commitAsync([grant(1)]);
-    let durable = false;
-    const waiting = journal.whenDurable().then(() => (durable = true));
-    await new Promise((r) => setTimeout(r, 20));
-    expect(durable).toBe(false);
-    syncs.shift()!();
-    await committed;
-    await waiting;
-    expect(durable).toBe(true);
     journal.close();
   });
 

@@ -3,17 +3,22 @@
  * commits completed by hand: one batch in flight, what arrives meanwhile goes as the next
  * single batch, FIFO, nobody resolved before their batch is acknowledged, and a failure
  * rejects the batch in flight and everything after it. Then gathering, under a hand-driven
- * clock: who waits for other actuators' records, for how long, and who never waits.
+ * clock: who waits for other actuators' records, for how long, and who never waits. Then
+ * the asynchronous audit trail: its lag bounds, its order with the grants, its queue bound,
+ * and a failed or stalled commit reported as fatal.
  */
 import { describe, expect, it } from "vitest";
 import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
-import { GroupCommitter } from "../../src/shell/group-commit.ts";
+import { GroupCommitter, JournalStallError, type AuditBounds } from "../../src/shell/group-commit.ts";
 import type { Clock, Journal, JournalEntry, JournalWriter, Scheduler } from "../../src/shell/ports.ts";
 
 const entry = (seq: number, actuator = "v1"): JournalEntry => ({ actuator, record: { type: "fenceObserved", token: 1, seq } });
+/** A command's intent: an audit record. */
+const audited = (seq: number, actuator = "v1"): JournalEntry => ({ actuator, record: { type: "intent", holder: "a", token: 1, seq, set: { position: seq } } });
 
 class ManualWriter implements Journal, JournalWriter {
-  readonly batches: { seqs: number[]; resolve: () => void; reject: (e: unknown) => void }[] = [];
+  /** Each batch sent: its records as seqs (an audit record's as "a<seq>"). */
+  readonly batches: { seqs: (number | string)[]; resolve: () => void; reject: (e: unknown) => void }[] = [];
   load() {
     return new Map();
   }
@@ -23,7 +28,7 @@ class ManualWriter implements Journal, JournalWriter {
   close(): void {}
   commitAsync(entries: readonly JournalEntry[]): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.batches.push({ seqs: entries.map((e) => (e.record.type === "fenceObserved" ? e.record.seq! : -1)), resolve, reject });
+      this.batches.push({ seqs: entries.map((e) => (e.record.type === "fenceObserved" ? e.record.seq! : e.record.type === "intent" ? `a${e.record.seq}` : -1)), resolve, reject });
     });
   }
 }
@@ -188,5 +193,135 @@ describe("GroupCommitter gathering (gatherMaxMs)", () => {
     await turn();
     expect(w.batches).toHaveLength(32);
     expect(lastBatch(w)).toBe(1);
+  });
+});
+
+describe("GroupCommitter: the asynchronous audit trail", () => {
+  const BOUNDS: AuditBounds = { lagMs: 200, lagRecords: 4, queueLimit: 8, stallMs: 1_000 };
+  function setup(bounds = BOUNDS) {
+    const time = new ManualTime();
+    const w = new ManualWriter();
+    const failures: unknown[] = [];
+    const gc = new GroupCommitter(w, time, time, { gatherMaxMs: 0, audit: bounds, onFailure: (err) => failures.push(err) });
+    return { time, w, gc, failures };
+  }
+
+  it("an audit record waits for lagMs, then goes in a commit of its own; nobody waits for it", async () => {
+    const { time, w, gc } = setup();
+    gc.audit([audited(1)]);
+    await time.advance(50);
+    gc.audit([audited(2)]);
+    await time.advance(149);
+    expect(w.batches).toHaveLength(0);
+    expect(gc.backlog()).toEqual({ records: 2, oldestAtMs: 0 });
+    await time.advance(1);
+    await turn();
+    expect(w.batches.map((b) => b.seqs)).toEqual([["a1", "a2"]]);
+  });
+
+  it("lagRecords audit records waiting start a commit at once", async () => {
+    const { w, gc } = setup();
+    gc.audit([audited(1), audited(2)]);
+    gc.audit([audited(3)]);
+    await turn();
+    expect(w.batches).toHaveLength(0);
+    gc.audit([audited(4)]);
+    await turn();
+    expect(w.batches.map((b) => b.seqs)).toEqual([["a1", "a2", "a3", "a4"]]);
+  });
+
+  it("a grant goes at once and carries the audit records queued before it, in order", async () => {
+    const { w, gc } = setup();
+    gc.audit([audited(1)]);
+    const granted = gc.persist([entry(7)]);
+    gc.audit([audited(2)]); // after the grant, in the same turn: the same commit, after it
+    await turn();
+    expect(w.batches.map((b) => b.seqs)).toEqual([["a1", 7, "a2"]]);
+    w.batches[0]!.resolve();
+    await granted;
+    expect(gc.backlog().records).toBe(0);
+  });
+
+  it("audit records arriving while a commit is in flight wait for their lag after it, not for nothing", async () => {
+    const { time, w, gc } = setup();
+    void gc.persist([entry(1)]);
+    await turn();
+    gc.audit([audited(2)]);
+    w.batches[0]!.resolve();
+    await turn();
+    await turn();
+    expect(w.batches).toHaveLength(1); // the audit record's lag has not passed
+    await time.advance(200);
+    await turn();
+    expect(w.batches.map((b) => b.seqs)).toEqual([[1], ["a2"]]);
+  });
+
+  it("is saturated once queueLimit records are not yet durable, in flight included", async () => {
+    const { w, gc } = setup();
+    gc.audit([audited(1), audited(2), audited(3), audited(4)]); // a commit starts
+    await turn();
+    gc.audit([audited(5), audited(6), audited(7)]);
+    expect(gc.saturated).toBe(false);
+    gc.audit([audited(8)]);
+    expect(gc.saturated).toBe(true);
+    w.batches[0]!.resolve();
+    await turn();
+    expect(gc.saturated).toBe(false);
+  });
+
+  it("idle() commits the audit records within their lag now (a clean stop loses none)", async () => {
+    const { w, gc } = setup();
+    gc.audit([audited(1)]);
+    const idle = gc.idle();
+    await turn();
+    expect(w.batches.map((b) => b.seqs)).toEqual([["a1"]]);
+    w.batches[0]!.resolve();
+    await idle;
+  });
+
+  it("whenDurable waits for the records handed over before it (within their lag), not those after", async () => {
+    const { time, w, gc } = setup();
+    await expect(gc.whenDurable()).resolves.toBeUndefined(); // nothing waiting
+    gc.audit([audited(1)]);
+    let durable = false;
+    const waiting = gc.whenDurable().then(() => (durable = true));
+    gc.audit([audited(2)]);
+    await time.advance(200);
+    await turn();
+    expect(durable).toBe(false);
+    w.batches[0]!.resolve();
+    await waiting;
+    expect(gc.backlog().records).toBe(0);
+  });
+
+  it("a failed audit commit is reported as fatal, and later records are dropped", async () => {
+    const { time, w, gc, failures } = setup();
+    gc.audit([audited(1)]);
+    await time.advance(200);
+    await turn();
+    w.batches[0]!.reject(new Error("EIO"));
+    await turn();
+    expect(failures).toEqual([new Error("EIO")]);
+    gc.audit([audited(2)]);
+    await time.advance(200);
+    expect(w.batches).toHaveLength(1);
+    await expect(gc.persist([entry(3)])).rejects.toThrow("EIO");
+  });
+
+  it("a commit not durable within stallMs is a stalled disk: fatal, with a sentence that names the setting", async () => {
+    const { time, w, gc, failures } = setup();
+    gc.audit([audited(1)]);
+    await time.advance(200);
+    await turn();
+    expect(w.batches).toHaveLength(1);
+    await time.advance(999);
+    expect(failures).toEqual([]);
+    await time.advance(1);
+    expect(failures).toHaveLength(1);
+    expect(failures[0]).toBeInstanceOf(JournalStallError);
+    expect(String(failures[0])).toMatch(/not become durable within 1000 ms \(journal\.commitStallMs\): the disk has stalled/);
+    w.batches[0]!.resolve(); // too late: nothing more is committed
+    await turn();
+    expect(gc.commits).toBe(0);
   });
 });

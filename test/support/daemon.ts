@@ -37,6 +37,8 @@ export interface GatewaySetup {
   readonly commands?: Record<string, unknown>;
   readonly mqtt?: Record<string, unknown>;
   readonly metricsPort?: number;
+  /** Journal settings besides the path (the audit trail's lag, the stall deadline). */
+  readonly journal?: Record<string, unknown>;
   /** More metrics settings (status page, auth) when metricsPort is given. */
   readonly metrics?: Record<string, unknown>;
 }
@@ -49,7 +51,7 @@ export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
     actuators: s.actuators,
     leases: { minTtlMs: 100, maxTtlMs: 60_000, defaultTtlMs: 5000, ...s.leases },
     commands: s.commands ?? {},
-    journal: { path: s.journalPath },
+    journal: { ...s.journal, path: s.journalPath },
     logging: { level: "debug" },
     metrics: s.metricsPort ? { enabled: true, port: s.metricsPort, ...s.metrics } : { enabled: false },
   };

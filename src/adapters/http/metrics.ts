@@ -15,6 +15,8 @@ export interface HealthSource {
   queueDepths(): Iterable<[actuator: string, depth: number]>;
   linkStates(): Iterable<[actuator: string, online: boolean]>;
   pointFaults(): Iterable<[actuator: string, faults: number]>;
+  /** The journal's backlog: records not yet durable (the asynchronous audit trail, and grants on their way), the oldest's age, and the commits made. */
+  journalLag(): { readonly records: number; readonly oldestMs: number; readonly commits: number };
 }
 
 export class GatewayMetrics {
@@ -67,6 +69,31 @@ export class GatewayMetrics {
       registers: [this.registry],
       collect() {
         for (const [actuator, faults] of source.pointFaults()) this.set({ actuator }, faults);
+      },
+    });
+    new Gauge({
+      name: "fencegate_journal_lag_records",
+      help: "Journal records handed over and not yet durable: commands' audit records waiting for their background commit (at most journal.auditLagMs / auditLagRecords), and grants on their way.",
+      registers: [this.registry],
+      collect() {
+        this.set(source.journalLag().records);
+      },
+    });
+    new Gauge({
+      name: "fencegate_journal_lag_oldest_ms",
+      help: "Age of the oldest journal record not yet durable, in milliseconds (0: none waiting). What a crash now could lose of the audit trail.",
+      registers: [this.registry],
+      collect() {
+        this.set(Math.round(source.journalLag().oldestMs));
+      },
+    });
+    new Counter({
+      name: "fencegate_journal_commits_total",
+      help: "Journal commits made durable (each one fdatasync, carrying grants and audit records together).",
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc(source.journalLag().commits);
       },
     });
   }

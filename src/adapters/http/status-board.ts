@@ -24,8 +24,11 @@ const EXPIRY_JITTER_MS = 250;
 export interface GatewayFacts {
   brokerConnected(): boolean;
   buses(): readonly { readonly name: string; readonly up: boolean }[];
-  /** Records handed to the journal and not yet durable, and the age of the oldest (ms). */
-  auditLag(): { readonly records: number; readonly oldestMs: number };
+  /**
+   * The asynchronous audit trail's lag: records handed to the journal and not yet durable,
+   * the age of the oldest (ms), and the journal's commits so far.
+   */
+  auditLag(): { readonly records: number; readonly oldestMs: number; readonly commits: number };
   /** Why the journal cannot commit, or null. */
   journalProblem(): string | null;
   /** Why /healthz answers 503, or null while it answers 200. */
@@ -299,7 +302,7 @@ export class StatusBoard {
       health: { problem: facts.healthProblem() },
       journal: {
         lastCommitAgeMs: this.lastDurableAtMs === null ? null : nowMs - this.lastDurableAtMs,
-        auditLag: { records: lag.records, oldestMs: Math.round(lag.oldestMs) },
+        auditLag: { records: lag.records, oldestMs: Math.round(lag.oldestMs), commits: lag.commits },
         problem: facts.journalProblem(),
       },
       buses: facts.buses(),

@@ -35,7 +35,7 @@ export interface StatusRoutesOptions {
   readonly board: StatusBoard;
   /** Opens the audit trail's reader (once, on first use). */
   readonly openAudit: () => AuditReader;
-  /** Resolves when every journal commit made so far is durable: nothing is shown before. */
+  /** Resolves when every record handed to the journal so far is durable: nothing is shown before. */
   readonly whenDurable: () => Promise<void>;
   readonly maxEventStreams: number;
   readonly maxStreamBufferBytes?: number;
@@ -144,8 +144,12 @@ export class StatusRoutes {
     if ("problem" in query) return fail(res, 400, "INVALID_REQUEST", query.problem);
     try {
       this.audit ??= this.options.openAudit();
+      // Commands' records reach the file within the audit lag: wait for those handed over
+      // before this request, so the page has the newest commands; then read, and wait for
+      // whatever the read saw that was written since (written, not yet synced): nothing
+      // shown can be undone by a crash.
+      await this.options.whenDurable();
       const page = this.audit.page({ actuator, ...query });
-      // Read first, then wait for the commits made up to the read: none of them can be undone after.
       await this.options.whenDurable();
       json(res, 200, { actuator, ...page });
     } catch (err) {

@@ -11,8 +11,9 @@
  * the database file behind the daemon's own checkpoints.
  *
  * What the file holds is what the daemon wrote, which may be a few milliseconds ahead of
- * its fdatasync; the daemon's page answers only once those commits are durable
- * (SqliteJournal.whenDurable).
+ * its fdatasync, and commands' records reach it within the audit lag (journal.auditLagMs);
+ * the daemon's page answers only once every record handed to the journal before the
+ * request is durable (GroupCommitter.whenDurable).
  *
  * The trail holds the newest `commands.recentLimit` commands per actuator (the journal
  * prunes older ones). Refusals are not in it: they change nothing (B/A/events has them).

@@ -208,8 +208,6 @@ export class SqliteJournal implements Journal, JournalWriter {
   #written = 0;
   #durable = 0;
   readonly #unsynced: Unsynced[] = [];
-  /** Callers of {@link whenDurable}, each waiting for the commits written before its call. */
-  readonly #durableWaiters: { readonly upTo: number; readonly resolve: () => void }[] = [];
   #syncing = false;
   /** performance.now() when the fdatasync on the pool started. */
   #syncStartedMs = 0;
@@ -352,18 +350,6 @@ export class SqliteJournal implements Journal, JournalWriter {
       return `an fdatasync of ${this.path} (a checkpoint) has not returned for ${(checkpointForMs / 1000).toFixed(0)} s: the disk has stalled, and no commit can complete until it returns`;
     }
     return null;
-  }
-
-  /**
-   * Resolves once every commit written before this call is durable (at once if none is
-   * waiting for its sync): a reader of the file (the audit trail) answers only after this,
-   * so it never shows a record a crash could still take back. Never rejects: after a failure
-   * it resolves too, and the journal's problem() says why the daemon stops.
-   */
-  whenDurable(): Promise<void> {
-    const upTo = this.#written;
-    if (this.#durable >= upTo || this.#failure !== null || !this.#db.open) return Promise.resolve();
-    return new Promise((resolve) => this.#durableWaiters.push({ upTo, resolve }));
   }
 
   /** Commits written and not yet known durable, and those waiting for a checkpoint's sync. */
@@ -515,7 +501,6 @@ export class SqliteJournal implements Journal, JournalWriter {
   #synced(upTo: number): void {
     this.#durable = Math.max(this.#durable, upTo);
     while (this.#unsynced.length > 0 && this.#unsynced[0]!.index <= this.#durable) this.#unsynced.shift()!.resolve();
-    while (this.#durableWaiters.length > 0 && this.#durableWaiters[0]!.upTo <= this.#durable) this.#durableWaiters.shift()!.resolve();
   }
 
   #refuseLater(error: unknown): void {
@@ -526,7 +511,6 @@ export class SqliteJournal implements Journal, JournalWriter {
     this.#refuseLater(error);
     for (const waiter of this.#unsynced.splice(0)) waiter.reject(this.#failure);
     for (const held of this.#held.splice(0)) held.reject(this.#failure);
-    for (const waiter of this.#durableWaiters.splice(0)) waiter.resolve();
   }
 
   /**

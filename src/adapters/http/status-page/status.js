@@ -63,7 +63,7 @@ function drawGateway(g) {
   setText($("gw-broker"), g.broker.connected ? "connected" : "not connected");
   const j = g.journal;
   $("gw-journal").className = j.problem ? "bad" : j.auditLag.oldestMs > 1000 ? "warn" : "good";
-  setText($("gw-journal"), j.problem ? j.problem : `last commit ${duration(j.lastCommitAgeMs)} ago · audit lag ${j.auditLag.records} (${duration(j.auditLag.oldestMs)})`);
+  setText($("gw-journal"), j.problem ? j.problem : `last commit ${duration(j.lastCommitAgeMs)} ago · audit lag ${j.auditLag.records} (${duration(j.auditLag.oldestMs)}) · ${j.auditLag.commits} commits`);
   $("gw-health").className = g.health.problem ? "bad" : "good";
   setText($("gw-health"), g.health.problem ? `503: ${g.health.problem}` : "200 ok");
   const buses = $("gw-buses");
