@@ -353,8 +353,21 @@ function checkPoints(config: ActuatorConfig, set: PointValues): ErrorBody | null
   return null;
 }
 
+/**
+ * The record of (holder, token, seq), searched newest first. Each record was accepted above
+ * the fence its predecessor set, so (token, seq) rises along `recent` and the search stops
+ * at the first record below: a new command, above them all, costs one comparison, not a
+ * scan of recentLimit records. (A record missed here could only be one not above the
+ * fence, which the lease checks refuse anyway.)
+ */
 function findRecord(s: Step, holder: string, token: number, seq: number): CommandRecord | undefined {
-  return s.state.recent.find((r) => r.token === token && r.seq === seq && r.holder === holder);
+  const { recent } = s.state;
+  for (let i = recent.length - 1; i >= 0; i--) {
+    const r = recent[i]!;
+    if (r.token === token && r.seq === seq) return r.holder === holder ? r : undefined;
+    if (r.token < token || (r.token === token && r.seq < seq)) return undefined;
+  }
+  return undefined;
 }
 
 export function outcomeReply(record: CommandRecord & { outcome: Outcome }): Reply {
