@@ -16,7 +16,10 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { build } from "esbuild";
-import { DIST, ENTRY_POINTS, STAMP } from "./dist.mjs";
+import { DIST, ENTRY_POINTS, ROOT, STAMP } from "./dist.mjs";
+
+/** What the dependencies get for `debug` (the real package only when DEBUG is set at start). */
+const DEBUG_SHIM = join(ROOT, "bin/debug-unless-asked.cjs");
 
 /** Native addons: loaded from node_modules at run time (prebuilt per architecture). */
 const NATIVE = ["better-sqlite3", "@serialport/bindings-cpp"];
@@ -33,6 +36,15 @@ export const BUILD_OPTIONS = {
   format: "esm",
   target: "node20",
   external: NATIVE,
+  plugins: [
+    {
+      name: "debug-unless-asked",
+      setup(b) {
+        // The shim's own require of the real package resolves as usual.
+        b.onResolve({ filter: /^debug$/ }, (args) => (args.importer === DEBUG_SHIM ? undefined : { path: DEBUG_SHIM }));
+      },
+    },
+  ],
   minifyWhitespace: true,
   minifySyntax: true,
   keepNames: true,

@@ -353,8 +353,21 @@ function checkPoints(config: ActuatorConfig, set: PointValues): ErrorBody | null
   return null;
 }
 
+/**
+ * The record of (holder, token, seq), searched newest first. Each record was accepted above
+ * the fence its predecessor set, so (token, seq) rises along `recent` and the search stops
+ * at the first record below: a new command, above them all, costs one comparison, not a
+ * scan of recentLimit records. (A record missed here could only be one not above the
+ * fence, which the lease checks refuse anyway.)
+ */
 function findRecord(s: Step, holder: string, token: number, seq: number): CommandRecord | undefined {
-  return s.state.recent.find((r) => r.token === token && r.seq === seq && r.holder === holder);
+  const { recent } = s.state;
+  for (let i = recent.length - 1; i >= 0; i--) {
+    const r = recent[i]!;
+    if (r.token === token && r.seq === seq) return r.holder === holder ? r : undefined;
+    if (r.token < token || (r.token === token && r.seq < seq)) return undefined;
+  }
+  return undefined;
 }
 
 export function outcomeReply(record: CommandRecord & { outcome: Outcome }): Reply {
@@ -479,7 +492,7 @@ function sendSafeWriteIfDue(s: Step): void {
 
 function accept(s: Step, cmd: QueuedCommand): void {
   const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
-  s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: boundRecent([...s.state.recent, record], s.config.limits.recentLimit) });
+  s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: appendBounded(s.state.recent, record, s.config.limits.recentLimit) });
   s.emit({ kind: "audit", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
   // The write first: publishing the event and the state is not on the device's path.
   s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
@@ -487,14 +500,19 @@ function accept(s: Step, cmd: QueuedCommand): void {
   s.emit({ kind: "stateChanged" });
 }
 
-function boundRecent(recent: readonly CommandRecord[], limit: number): readonly CommandRecord[] {
-  return recent.length > limit ? recent.slice(recent.length - limit) : recent;
+/** `recent` with `record` appended, the oldest dropped beyond `limit`: one copy per command. */
+function appendBounded(recent: readonly CommandRecord[], record: CommandRecord, limit: number): readonly CommandRecord[] {
+  const kept = recent.slice(Math.max(0, recent.length + 1 - limit));
+  kept.push(record);
+  return kept;
 }
 
 function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): void {
   const cmd = s.state.inFlight;
   if (cmd === null || cmd.token !== token || cmd.seq !== seq) return; // not ours: nothing waits for it
-  const recent = s.state.recent.map((r) => (r.token === token && r.seq === seq && r.holder === cmd.holder ? { ...r, outcome } : r));
+  // The command's record is the newest of its (holder, token, seq): replaced in one copy.
+  const at = s.state.recent.findLastIndex((r) => r.token === token && r.seq === seq && r.holder === cmd.holder);
+  const recent = at < 0 ? s.state.recent : s.state.recent.with(at, { ...s.state.recent[at]!, outcome });
   s.set({ inFlight: null, recent });
   const safe = s.state.safeWrite;
   if (cmd.internal && safe !== null) {

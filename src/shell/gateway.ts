@@ -100,6 +100,33 @@ export const READ_BACK_SETTLE_MS = 100;
 /** Polls in a row whose answer was unusable (malformed, an exception) after which the actuator is reported offline. */
 const OFFLINE_AFTER_BAD_POLLS = 2;
 
+/**
+ * Whether two views say the same, but for what changes every millisecond (the time, the
+ * points' age, the lease's countdown): a state is published on a change of substance only.
+ * Compared in place: building a key of each view (JSON) cost two strings per command.
+ */
+function sameSubstance(a: StateView, b: StateView): boolean {
+  for (const k of Object.keys(b) as (keyof StateView)[]) {
+    if (k === "at" || k === "pointsAgeMs") continue;
+    if (k === "lease") {
+      if (a.lease?.holder !== b.lease?.holder || a.lease?.token !== b.lease?.token) return false;
+    } else if (!sameData(a[k], b[k])) return false;
+  }
+  return Object.keys(a).length === Object.keys(b).length;
+}
+
+/** Deep equality of JSON-like data (numbers, strings, booleans, null, plain objects). */
+function sameData(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
+  const keys = Object.keys(a);
+  if (keys.length !== Object.keys(b).length) return false;
+  for (const k of keys) {
+    if (!Object.hasOwn(b, k) || !sameData((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  }
+  return true;
+}
+
 class ActuatorRuntime {
   /** The core's state: decisions are made on it, some of them not yet durable. */
   state: ActuatorState;
@@ -130,7 +157,7 @@ class ActuatorRuntime {
   /** When the pending read-back is due, and its timer (armed at most once at a time). */
   private readBackAtMs = 0;
   private cancelReadBack: (() => void) | null = null;
-  private lastPublished = "";
+  private lastPublished: StateView | null = null;
   /** The bus's word on the unit: answering, or not and why. */
   private link: { online: boolean; reason: string | null } = { online: false, reason: null };
   /** Why the device is not the one configured (fenced identity), or null. */
@@ -532,10 +559,8 @@ class ActuatorRuntime {
   publishState(): void {
     const view = this.view();
     this.gw.deps.outbox.observe?.(view);
-    // Lease countdowns and the points' age change every millisecond; publish on a change of substance only.
-    const key = JSON.stringify({ ...view, at: undefined, pointsAgeMs: undefined, lease: view.lease && { holder: view.lease.holder, token: view.lease.token } });
-    if (key === this.lastPublished) return;
-    this.lastPublished = key;
+    if (this.lastPublished !== null && sameSubstance(this.lastPublished, view)) return;
+    this.lastPublished = view;
     this.gw.deps.outbox.state(view);
   }
 
@@ -789,8 +814,8 @@ export class Gateway {
     // Every decision is logged: lease changes, refusals and device trouble at info; the
     // routine accepted/applied pair of every command at debug (B/A/events carries them
     // all), so a busy gateway does not write two journald lines per command to the SD card.
-    const routine = event.type === "accepted" || event.type === "applied";
-    this.deps.log[routine ? "debug" : "info"]({ actuator, ...event }, event.type);
+    const level = event.type === "accepted" || event.type === "applied" ? "debug" : "info";
+    if (this.deps.log.isLevelEnabled(level)) this.deps.log[level]({ actuator, ...event }, event.type); // no object built for a line not written
     this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 

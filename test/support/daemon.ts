@@ -99,12 +99,13 @@ export class DaemonProcess {
 
   /**
    * Writes `config` as YAML into `dir` and starts the daemon on it, with the production V8
-   * flags; from `bin` (a bundle, see bundle.ts) instead of bin/fencegate.mjs if given.
+   * flags; from `bin` (a bundle, see bundle.ts) instead of bin/fencegate.mjs if given, on
+   * the `node` binary given (the benchmark's footprint on another Node) instead of this one.
    */
-  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[]; bin?: string } = {}): DaemonProcess {
+  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[]; bin?: string; node?: string } = {}): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(options.node ?? process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     return new DaemonProcess(child);
   }
 

@@ -111,10 +111,23 @@ function ownTopicFilters(base: string): readonly string[] {
   return [...requestSubscriptions(base), `${base}/+/state`, `${base}/+/events`, `${base}/gateway/#`];
 }
 
+/** ownTopicFilters(base), each split into its levels once (every request with a response topic is checked against them); one entry per base topic. */
+const ownFilterLevels = new Map<string, readonly (readonly string[])[]>();
+function ownTopicFilterLevels(base: string): readonly (readonly string[])[] {
+  let levels = ownFilterLevels.get(base);
+  if (levels === undefined) {
+    levels = ownTopicFilters(base).map((f) => f.split("/"));
+    ownFilterLevels.set(base, levels);
+  }
+  return levels;
+}
+
 /** Whether `topic` matches the MQTT topic filter `filter` (`+` one level, `#` the rest). */
 export function topicMatches(filter: string, topic: string): boolean {
-  const f = filter.split("/");
-  const t = topic.split("/");
+  return levelsMatch(filter.split("/"), topic.split("/"));
+}
+
+function levelsMatch(f: readonly string[], t: readonly string[]): boolean {
   for (let i = 0; i < f.length; i++) {
     if (f[i] === "#") return true;
     if (i >= t.length || (f[i] !== "+" && f[i] !== t[i])) return false;
@@ -133,14 +146,14 @@ export function responseTopicProblem(base: string, topic: string): string | null
   if (topic.length === 0) return "the response topic is empty";
   const bytes = Buffer.byteLength(topic, "utf8");
   if (bytes > MAX_RESPONSE_TOPIC_BYTES) return `the response topic is ${bytes} bytes long; at most ${MAX_RESPONSE_TOPIC_BYTES} are allowed`;
-  const levels = topic.split("/").length;
-  if (levels > MAX_RESPONSE_TOPIC_LEVELS) return `the response topic has ${levels} levels; at most ${MAX_RESPONSE_TOPIC_LEVELS} are allowed`;
+  const levels = topic.split("/");
+  if (levels.length > MAX_RESPONSE_TOPIC_LEVELS) return `the response topic has ${levels.length} levels; at most ${MAX_RESPONSE_TOPIC_LEVELS} are allowed`;
   if (/[+#]/.test(topic)) return "the response topic contains a wildcard ('+' or '#'); a reply cannot be published to it";
   const refused = refusedCodePoint(topic);
   if (refused !== null) return `the response topic contains U+${refused.toString(16).toUpperCase().padStart(4, "0")}, a character brokers refuse in a topic`;
   // Mosquitto, for one, takes commands on $CONTROL/: never publish there with the gateway's rights.
   if (topic.startsWith("$")) return "the response topic starts with '$', which brokers reserve for their own topics";
-  if (ownTopicFilters(base).some((f) => topicMatches(f, topic))) {
+  if (ownTopicFilterLevels(base).some((f) => levelsMatch(f, levels))) {
     return `the response topic is one of the gateway's own topics (requests, state, events or status under ${base}/); reply topics may be ${base}/<actuator>/reply/..., ${base}/_client/... or outside ${base}/`;
   }
   return null;
