@@ -12,7 +12,7 @@
 //
 // The stamp dist/.built gets the time the build started (it is created as dist/.building
 // first, then renamed): a source file edited during the build is newer, so the build is stale.
-import { mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { build } from "esbuild";
@@ -61,5 +61,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   mkdirSync(DIST);
   writeFileSync(building, "");
   await build(BUILD_OPTIONS); // throws on an error: no stamp, so dist/ is not fresh
+  // The status page's files, beside the bundle that serves them (the package ships no src/).
+  cpSync(join(ROOT, "src/adapters/http/status-page"), join(DIST, "status-page"), { recursive: true });
   renameSync(building, STAMP);
 }

@@ -67,7 +67,7 @@ describe("the gateway package", () => {
   it("ships the build and what it needs, no sources, tests, TypeScript or tsx", () => {
     const pkg = join(prefix, "lib/node_modules/fencegate");
     const files = filesUnder(pkg).filter((f) => !f.startsWith("node_modules/"));
-    expect(files).toEqual(expect.arrayContaining(["bin/fencegate.mjs", "dist/fencegate.js", "config/embedded.yaml", "config/fencegate.service", "docs/mqtt-api.md", "LICENSE", "README.md"]));
+    expect(files).toEqual(expect.arrayContaining(["bin/fencegate.mjs", "dist/fencegate.js", "dist/status-page/index.html", "dist/status-page/status.js", "dist/status-page/status.css", "config/embedded.yaml", "config/fencegate.service", "docs/mqtt-api.md", "LICENSE", "README.md"]));
     expect(files.filter((f) => /^(src|test|firmware-bridge|bench|packages)\//.test(f) || (f.endsWith(".ts") && !f.endsWith(".d.ts")))).toEqual([]);
     for (const dev of ["tsx", "typescript", "esbuild", "vitest", "zod", "mqtt"]) expect(existsSync(join(pkg, "node_modules", dev)), dev).toBe(false);
     const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8")) as { dependencies: Record<string, string> };

@@ -21,7 +21,6 @@ import { z } from "zod";
 import { AuditError, OUTCOME_FILTERS, type AuditReader } from "../journal/audit.ts";
 import { HOLDER_RE } from "../mqtt/topics.ts";
 import { ID_PATTERN } from "../../config/schema.ts";
-import { PACKAGE_ROOT } from "../../package-root.ts";
 import { FEED_LIMIT, type Decision, type StatusBoard } from "./status-board.ts";
 
 /** The largest page of the audit trail the page may ask for. */
@@ -29,7 +28,11 @@ export const MAX_PAGE = 100;
 const DEFAULT_PAGE = 25;
 const MAX_SINCE_CHARS = 40;
 
-export const PAGE_DIR = join(PACKAGE_ROOT, "src/adapters/http/status-page");
+/**
+ * Beside this code: src/adapters/http/status-page from the sources, dist/status-page from the
+ * build (bin/build.mjs copies it there; the package ships no src/).
+ */
+export const PAGE_DIR = join(import.meta.dirname, "status-page");
 
 export interface StatusRoutesOptions {
   readonly board: StatusBoard;
