@@ -8,9 +8,12 @@
  *   reply / event / stateChanged → handed to the outbox
  *
  * Effects of successive steps of one actuator run strictly one after another, so a reply
- * or a published state never runs ahead of a grant. Whatever is shown outside the core's
- * effects (a `read` reply, the state published after a poll, /status) shows the state as of
- * the last step whose effects have all been carried out (see {@link ActuatorRuntime.showable}).
+ * or a published state never runs ahead of a grant. In a gateway group a grant can still
+ * fail after the core made it (etcd refuses or does not answer): until the group has settled
+ * it, the actuator's next inputs wait, so no decision rests on a grant nobody holds.
+ * Whatever is shown outside the core's effects (a `read` reply, the state published after a
+ * poll, /status) shows the state as of the last step whose effects have all been carried out
+ * (see {@link ActuatorRuntime.showable}).
  *
  * What may be shown before it is durable, and why: nothing about a lease or a token (its
  * grant is persisted first), but a command's (token, seq) inside the live lease may be shown
@@ -127,6 +130,12 @@ function sameData(a: unknown, b: unknown): boolean {
   return true;
 }
 
+/** An input decided `nowMs`, later than it arrived: a command's deadline still counts from its arrival. */
+function decidedLater(input: Input, nowMs: number): Input {
+  if (input.type === "command") return { ...input, nowMs, deadlineMs: Math.max(0, input.deadlineMs - (nowMs - input.nowMs)) };
+  return { ...input, nowMs };
+}
+
 class ActuatorRuntime {
   /** The core's state: decisions are made on it, some of them not yet durable. */
   state: ActuatorState;
@@ -149,6 +158,10 @@ class ActuatorRuntime {
   /** Gateway group: the highest token the group confirmed for this actuator. */
   private groupCommitted = 0;
   private chain: Promise<void> = Promise.resolve();
+  /** Gateway group: steps whose grant the group has not yet confirmed or refused. */
+  private grantsUnsettled = 0;
+  /** Inputs that arrived meanwhile, decided in order once no grant is unsettled. */
+  private waiting: Input[] = [];
   private cancelWake: (() => void) | null = null;
   private cancelPoll: (() => void) | null = null;
   /** Bumped when polling starts or stops, so a poll still in flight does not re-arm an old loop. */
@@ -182,12 +195,33 @@ class ActuatorRuntime {
   }
 
   dispatch(input: Input): void {
+    if (this.grantsUnsettled > 0) this.waiting.push(input);
+    else this.decide(input);
+  }
+
+  /**
+   * Runs the core on `input` now. A step that grants in a gateway group holds the inputs
+   * after it until the group has settled the grant: the core's state already counts it, and
+   * a retried acquire, say, would otherwise be answered as the live holder's with a token
+   * that etcd then refuses (and another gateway may hand out).
+   */
+  private decide(input: Input): void {
     const before = this.state;
     const result = (this.gw.deps.step ?? step)(this.binding.config, this.state, input);
     this.state = result.state;
     const snapshot = this.showable(before, result.state);
     if (result.effects.length > 0) {
-      this.chain = this.chain.then(() => this.perform(result.effects, snapshot)).catch((err: unknown) => this.gw.fatal(err));
+      const grants = this.gw.deps.group !== undefined && result.effects.some((e) => e.kind === "persist" && e.record.type === "granted");
+      if (grants) this.grantsUnsettled++;
+      const fatal = (err: unknown) => this.gw.fatal(err);
+      this.chain = this.chain
+        .then(() => this.perform(result.effects, snapshot))
+        .catch(fatal)
+        // Settled even after a failed journal commit (then nothing more is decided: see Gateway.now).
+        .then(() => {
+          if (grants) this.grantSettled();
+        })
+        .catch(fatal);
     }
     this.rearmWake();
   }
@@ -204,6 +238,15 @@ class ActuatorRuntime {
     if (cmd === null) return after;
     if (cmd !== before.inFlight) this.fenceBeforeWrite = cmd.token > before.fence.token ? { token: cmd.token, seq: null } : before.fence;
     return { ...after, fence: this.fenceBeforeWrite };
+  }
+
+  /** A grant confirmed or refused (and the refusal decided on): the inputs that waited for it, decided now, in order. */
+  private grantSettled(): void {
+    this.grantsUnsettled--;
+    while (this.grantsUnsettled === 0 && this.waiting.length > 0) {
+      const input = this.waiting.shift()!;
+      this.gw.now((nowMs) => this.decide(decidedLater(input, nowMs)));
+    }
   }
 
   /** Resolves when every effect handed out so far has been carried out. */
@@ -297,10 +340,11 @@ class ActuatorRuntime {
         outbox.reply(effect.ref, effect.reply.ok ? { ok: false, error: { code: "GROUP_UNAVAILABLE", message: `The gateway group could not confirm the grant (${commit.message}); nothing was granted. Retry shortly.` } } : effect.reply);
       } else if (effect.kind === "deviceWrite") {
         const outcome = { kind: "failed", code: "DEVICE_UNAVAILABLE", message: "The command was not sent: the gateway group could not confirm the token it needed." } as const;
-        this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: effect.token, seq: effect.seq, outcome }));
+        this.gw.now((nowMs) => this.decide({ type: "deviceResult", nowMs, token: effect.token, seq: effect.seq, outcome }));
       }
     }
-    this.gw.now((nowMs) => this.dispatch({ type: "grantFailed", nowMs, token }));
+    // The grant's own outcome: decided at once, ahead of the inputs waiting for it.
+    this.gw.now((nowMs) => this.decide({ type: "grantFailed", nowMs, token }));
     if (commit.stale) this.gw.deps.group?.stale(`${this.id}: ${commit.message}`);
   }
 
@@ -413,6 +457,8 @@ class ActuatorRuntime {
     try {
       const deviceFence = fenced ? await device.readFence() : null;
       const groupToken = await group.readToken(this.id);
+      // A grant of an earlier term still unsettled would hold the takeover back: wait it out.
+      while (this.grantsUnsettled > 0) await this.settled();
       if (this.closed || !this.gw.serving) return false;
       this.gw.now((nowMs) => this.dispatch({ type: "takeover", nowMs, floor: Math.max(deviceFence?.token ?? 0, groupToken) }));
       const token = this.state.highestGranted;

@@ -17,7 +17,7 @@
  * write applied, no token granted twice (controllers' and gateways' own takeover tokens, across
  * both gateways), the device's history monotonic in (token, seq).
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { DaemonProcess } from "../support/daemon.ts";
@@ -59,6 +59,18 @@ const DECK: readonly Fault[] = ["kill", "pause", "kill", "pause", "etcd", "cut",
 
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
+/**
+ * Each gateway life's log beside the controllers' histories (gateway-<life>-<name>.jsonl),
+ * each line stamped with `mono` from pino's wall-clock `time`: what a violation is traced with.
+ */
+function keepDaemonLogs(dir: string, lives: readonly Life[]): void {
+  const wallMinusMono = Date.now() - monoMs();
+  for (const [n, life] of lives.entries()) {
+    const lines = life.d.logs.map((l) => JSON.stringify(typeof l.time === "number" ? { mono: Number((l.time - wallMinusMono).toFixed(1)), ...l } : l));
+    writeFileSync(join(dir, `gateway-${n}-${GATEWAYS[life.gateway]}.jsonl`), [JSON.stringify({ startMono: life.startMono, killMono: life.killMono }), ...lines, ""].join("\n"));
+  }
+}
+
 interface Life {
   readonly gateway: number;
   readonly d: DaemonProcess;
@@ -68,13 +80,17 @@ interface Life {
 
 export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosResult<GroupChaosCounts>> {
   const started = monoMs();
-  const say = options.say ?? (() => {});
+  const dir = mkdtempSync(join(tmpdir(), "fencegate-group-chaos-"));
+  // Every fault with its time goes to faults.log as well: a violation is read against them.
+  const say = (line: string) => {
+    appendFileSync(join(dir, "faults.log"), `${monoMs().toFixed(3)} ${line}\n`);
+    options.say?.(line);
+  };
   const random = prng(options.seed);
   const between = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
   const ttlMs = options.ttlMs ?? 2000;
   const leaseTtlMs = options.leaseTtlMs ?? 2000;
   const counts: GroupChaosCounts = { faults: 0, kills: 0, pauses: 0, etcdRestarts: 0, linkCuts: 0, linkStalls: 0, zombies: 0, takeovers: 0, stepDowns: 0, gatewayLives: 0, deviceRefusals: 0 };
-  const dir = mkdtempSync(join(tmpdir(), "fencegate-group-chaos-"));
   const teardown = new Teardown();
   const lives: Life[] = [];
   const controllers: ChaosController[] = [];
@@ -268,5 +284,6 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
   const judged = check({ controllers: entries, device, daemon: daemonLives });
   const verdict: Verdict = { ...judged, violations: [...problems, ...controllerProblems, ...judged.violations] };
   if (!options.keep && verdict.violations.length === 0) rmSync(dir, { recursive: true, force: true });
+  else keepDaemonLogs(dir, lives);
   return { seed: options.seed, dir, counts, verdict, seconds: (monoMs() - started) / 1000 };
 }
