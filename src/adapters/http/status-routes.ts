@@ -17,7 +17,7 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { z } from "zod";
+import * as z from "zod";
 import { AuditError, OUTCOME_FILTERS, type AuditReader } from "../journal/audit.ts";
 import { HOLDER_RE } from "../mqtt/topics.ts";
 import { ID_PATTERN } from "../../config/schema.ts";
