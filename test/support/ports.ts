@@ -33,20 +33,35 @@ export async function waitForPort(port: number, timeoutMs = 5000, host = "127.0.
   }
 }
 
+/** Linux's ports below its ephemeral range (32768-60999) that these picks draw from. */
+const BELOW_EPHEMERAL = { first: 20_000, count: 12_000 };
+/** Slices of that range, one per concurrent test worker: workers never draw the same port. */
+const WORKER_SLICES = 8;
+/** Ports this process was handed: a cluster asks several before binding any. */
+const handedOut = new Set<number>();
+
 /**
- * A port that was free a moment ago, below Linux's ephemeral range (32768-60999): for a
- * server told its port before it binds it and started again on the same port (Mosquitto,
- * etcd). No listen(0) or outgoing connection is handed a port there, so only another pick
- * like this one can take it in between; the first bind must still expect EADDRINUSE.
+ * A port that was free a moment ago, below Linux's ephemeral range: for a server told its
+ * port before it binds it and started again on the same port (Mosquitto, etcd). No
+ * listen(0) or outgoing connection is handed a port there, this process is never handed the
+ * same one twice, and concurrent vitest workers draw from separate slices (VITEST_POOL_ID),
+ * so only another program's pick can take it in between; the first bind must still expect
+ * EADDRINUSE.
  */
 export async function portBelowEphemeral(): Promise<number> {
-  for (;;) {
-    const port = 20_000 + Math.floor(Math.random() * 12_000);
+  const size = Math.floor(BELOW_EPHEMERAL.count / WORKER_SLICES);
+  const base = BELOW_EPHEMERAL.first + (Number(process.env["VITEST_POOL_ID"] ?? 0) % WORKER_SLICES) * size;
+  for (let tries = 0; tries < 10 * size; tries++) {
+    const port = base + Math.floor(Math.random() * size);
+    if (handedOut.has(port)) continue;
     const free = await new Promise<boolean>((resolve) => {
       const server = net.createServer();
       server.once("error", () => resolve(false));
       server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
     });
-    if (free) return port;
+    if (!free) continue;
+    handedOut.add(port);
+    return port;
   }
+  throw new Error(`no free port found in ${base}-${base + size - 1}: ${handedOut.size} already handed out by this process`);
 }
