@@ -5,6 +5,7 @@
  * as a controller would run them.
  */
 import { execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FencegateClient, type ActuatorState } from "../../src/client/index.ts";
@@ -23,12 +24,19 @@ beforeAll(async () => {
 });
 afterAll(() => teardown.run());
 
-/** What a newcomer to the broker is told: the retained messages on `topics`. */
+/**
+ * What a newcomer to the broker is told: the retained messages on `topics`. The broker queues
+ * them when it takes the subscription, so a message the newcomer publishes to itself after
+ * that arrives after them: waiting for it is exact, where waiting for a quiet spell is not
+ * (on a busy machine the retained messages can take longer than the spell).
+ */
 async function retained(topics: string[]): Promise<Map<string, string>> {
-  const late = await TopicWatcher.connect(world.broker.url, topics);
+  const marker = `fencegate-test/${randomUUID()}`;
+  const late = await TopicWatcher.connect(world.broker.url, [...topics, marker]);
   try {
-    await late.quiet(300);
-    return new Map(late.messages.filter((m) => m.retain).map((m) => [m.topic, m.payload]));
+    await late.client.publishAsync(marker, "after the retained messages", { qos: 1 });
+    await late.waitFor((m) => m.topic === marker, { what: "the newcomer's own message" });
+    return new Map(late.messages.filter((m) => m.retain && m.topic !== marker).map((m) => [m.topic, m.payload]));
   } finally {
     await late.close();
   }
@@ -55,8 +63,16 @@ describe("finding 11: a stopped or crashed gateway's actuators read as offline, 
     await world.daemon.ready([A]);
     await leased();
     await world.daemon.kill("SIGKILL");
+    // The broker publishes the last will once it notices the connection is gone: a moment
+    // after the process died, not necessarily before a newcomer's subscription.
+    const will = await TopicWatcher.connect(world.broker.url, [STATUS]);
+    try {
+      await will.waitFor((m) => m.topic === STATUS && m.payload === "offline", { what: "the last will on the gateway status" });
+    } finally {
+      await will.close();
+    }
     const after = await retained([STATE, STATUS]);
-    expect(after.get(STATUS)).toBe("offline"); // the last will
+    expect(after.get(STATUS)).toBe("offline");
     expect(safeJson(after.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" } }); // nobody could change it
 
     const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url, "--json"], { timeout: 30_000 });
