@@ -7,6 +7,10 @@
  */
 import { runSeed, type SimResult } from "./run.ts";
 
+const USAGE = "usage: npm run sim -- --seeds N [--seed S] [--trace]";
+
+class UsageError extends Error {}
+
 function parseArgs(argv: readonly string[]): { seeds: number; seed: number | null; trace: boolean } {
   let seeds: number | null = null;
   let seed: number | null = null;
@@ -21,7 +25,7 @@ function parseArgs(argv: readonly string[]): { seeds: number; seed: number | nul
       else seed = value;
       i++;
     } else {
-      throw new Error(`usage: npm run sim -- --seeds N [--seed S] [--trace]  (got ${arg})`);
+      throw new UsageError(arg === "--help" || arg === "-h" ? "" : `${arg} is not an option here, or its value is not a whole number of 0 or more.`);
     }
   }
   return { seeds: seeds ?? (seed === null ? 100 : 1), seed, trace };
@@ -36,7 +40,19 @@ function table(m: ReadonlyMap<string, number>): string {
 }
 
 async function main(): Promise<number> {
-  const { seeds, seed, trace } = parseArgs(process.argv.slice(2));
+  let args: ReturnType<typeof parseArgs>;
+  try {
+    args = parseArgs(process.argv.slice(2));
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    if (err.message === "") {
+      console.log(USAGE);
+      return 0;
+    }
+    console.error(`${err.message}\n${USAGE}`);
+    return 64;
+  }
+  const { seeds, seed, trace } = args;
   // Not a decision input: only picks where an unseeded batch starts; every seed is printed.
   const first = seed ?? (Date.now() % 1_000_000) * 1000;
   const faults = new Map<string, number>();
