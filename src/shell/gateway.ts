@@ -257,6 +257,10 @@ class ActuatorRuntime {
   private async perform(effects: readonly Effect[], snapshot: ActuatorState): Promise<void> {
     let stateChanged = false;
     for (let i = 0; i < effects.length; i++) {
+      // After a failed commit nothing more is carried out, not even what was decided before
+      // it: a later step's write may rest on the grant that failed (its audit record does not
+      // wait for the disk, so nothing else would stop it).
+      if (this.gw.stopped) return;
       const effect = effects[i]!;
       switch (effect.kind) {
         case "persist": {
@@ -866,6 +870,11 @@ export class Gateway {
   }
 
   /** @internal */
+  /** A commit failed: the daemon is stopping, and nothing more is decided or carried out. */
+  get stopped(): boolean {
+    return this.fatalError !== null;
+  }
+
   fatal(err: unknown): void {
     if (this.fatalError !== null) return;
     this.fatalError = err;
