@@ -4,6 +4,8 @@
  * certificates and a password, and a 3-member cluster losing a member, then its quorum.
  */
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
@@ -180,6 +182,51 @@ describe("group member on a 1-member etcd", () => {
     a.member.start();
     await until("a active", () => a.member.phase === "active");
     expect((await checkGroup(config(group))).message).toMatch(/is led by gw-a\.$/);
+  });
+
+  it("a grant whose first etcd answer was lost, retried on another endpoint, counts as committed (the retry finds its own token)", async () => {
+    // The first endpoint forwards the transaction to etcd and swallows etcd's answer: a member
+    // that applied the commit and then fell silent (an election, a cut link). The client then
+    // asks the next endpoint, where the compare finds the token already there.
+    let swallowed = 0;
+    let armed = false; // the campaign's and the first token's transactions pass
+    const silent = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const upstream = http.request(`${etcd.endpoints[0]}${req.url}`, { method: "POST", headers: { "content-type": "application/json" } }, (answer) => {
+          const body: Buffer[] = [];
+          answer.on("data", (c: Buffer) => body.push(c));
+          answer.on("end", () => {
+            const isGrant = req.url === "/v3/kv/txn" && Buffer.concat(chunks).toString().includes('"requestPut"');
+            if (armed && isGrant && swallowed === 0) {
+              swallowed++;
+              return; // never answered: the client's attempt times out
+            }
+            res.writeHead(answer.statusCode ?? 500, { "content-type": "application/json" });
+            res.end(Buffer.concat(body));
+          });
+        });
+        upstream.end(Buffer.concat(chunks));
+      });
+    });
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+      const group = nextGroup();
+      const a = make(new EtcdClient({ endpoints: [url, etcd.endpoints[0]!], requestTimeoutMs: 1000 }), "gw-a", group);
+      a.member.start();
+      await until("a active", () => a.member.phase === "active");
+      expect(await a.member.commitGrant("valve-1", 1)).toEqual({ ok: true });
+      armed = true; // token 1 exists: the next commit is a single transaction that applies
+      expect(await a.member.commitGrant("valve-1", 2)).toEqual({ ok: true });
+      expect(swallowed).toBe(1);
+      expect(await a.member.readToken("valve-1")).toBe(2);
+      expect(a.member.phase).toBe("active");
+    } finally {
+      silent.closeAllConnections();
+      await new Promise((resolve) => silent.close(resolve));
+    }
   });
 
   it("a standby commits nothing", async () => {

@@ -85,6 +85,8 @@ export class EtcdGroupMember implements GroupPort {
   /** The last etcd failure logged at warn: a retry every few hundred ms repeats it at debug only. */
   private lastFailure: string | null = null;
   private cancelWake: (() => void) | null = null;
+  /** Per actuator, the last token a commit confirmed: a second commit of it is a view behind the group's, not a retry. */
+  private readonly confirmedTokens = new Map<string, number>();
   private readonly prefix: string;
   /** What this process writes into the leader key: the gateway id and a per-process nonce. */
   readonly identity: string;
@@ -161,14 +163,24 @@ export class EtcdGroupMember implements GroupPort {
       if (!result.succeeded && result.ranges[1] === null && this.isMine(result.ranges[0] ?? null, term)) {
         result = await this.options.client.txn([...leaderChecks, { key, target: "CREATE", result: "EQUAL", createRevision: 0 }], put, read);
       }
-      if (result.succeeded) return { ok: true };
+      if (result.succeeded) return this.confirmed(actuator, token);
       const leader = result.ranges[0] ?? null;
       if (!this.isMine(leader, term)) return { ok: false, stale: true, message: "the leader key is no longer this gateway's: another gateway leads the group" };
       const current = tokenValue(result.ranges[1] ?? null);
+      // The client asks the next endpoint when an answer does not come in time, and etcd may
+      // have applied the first attempt: a token written during this unbroken term (the leader
+      // key checked above) that no commit of this term confirmed is this commit's own.
+      const writtenInTerm = (result.ranges[1]?.modRevision ?? 0) > term.revision;
+      if (current === token && writtenInTerm && this.confirmedTokens.get(actuator) !== token) return this.confirmed(actuator, token);
       return { ok: false, stale: true, message: `etcd already holds token ${current} for ${actuator}, not below ${token}: this gateway's view is behind the group's` };
     } catch (err) {
       return { ok: false, stale: false, message: err instanceof Error ? err.message : String(err) };
     }
+  }
+
+  private confirmed(actuator: string, token: number): GrantCommit {
+    this.confirmedTokens.set(actuator, token);
+    return { ok: true };
   }
 
   private isMine(kv: KeyValue | null, term: Term): boolean {
