@@ -39,12 +39,59 @@ function run(command, args, env = process.env) {
   }
 }
 
-/** Packages in package.json (and its workspaces') that node_modules lacks. */
-export function missingPackages(root = ROOT) {
+/**
+ * Whether `version` (22.9.0) lies in an engines range as npm writes them: `||` of
+ * space-separated `>=`, `>`, `<=`, `<`, `^`, `~`, exact and `x` comparators. A range it
+ * cannot read counts as not satisfied: the package is then not expected, rather than npm ci
+ * run again on every start for a package npm skips.
+ */
+export function satisfiesEngine(version, range) {
+  const v = version.replace(/^v/, "").split(".").map(Number);
+  const compare = (a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2];
+  const one = (comparator) => {
+    const m = /^(>=|<=|>|<|=|\^|~)?v?(\d+|x|\*)(?:\.(\d+|x|\*))?(?:\.(\d+|x|\*))?$/.exec(comparator);
+    if (!m) return false;
+    const [, op = "=", ...parts] = m;
+    const given = parts.filter((p) => p !== undefined && p !== "x" && p !== "*").map(Number);
+    const low = [given[0] ?? 0, given[1] ?? 0, given[2] ?? 0];
+    const c = compare(v, low);
+    if (op === ">=") return c >= 0;
+    if (op === "<") return c < 0;
+    if (given.length === 0) return op !== ">";
+    // The first version past `given` (^ and ~: past what they allow): <=20 is <21.0.0, >20 is >=21.0.0.
+    const bump = op === "^" ? given.findIndex((n, i) => n !== 0 || i === given.length - 1) : op === "~" ? Math.min(1, given.length - 1) : given.length - 1;
+    const high = low.map((n, i) => (i < bump ? n : i === bump ? n + 1 : 0));
+    if (op === ">") return given.length === 3 ? c > 0 : compare(v, high) >= 0;
+    if (op === "<=") return given.length === 3 ? c <= 0 : compare(v, high) < 0;
+    return c >= 0 && (op === "=" && given.length === 3 ? c === 0 : compare(v, high) < 0);
+  };
+  return range.split("||").some((alternative) => alternative.trim().split(/\s+/).filter(Boolean).every(one));
+}
+
+/**
+ * The workspaces' optional dependencies that npm ci installs on this Node and platform (by
+ * the lockfile): Node-RED 5 is one, on Node >= 22.9 only (test/node-red-5/package.json).
+ */
+function expectedOptional(root, manifests, nodeVersion) {
+  const lockFile = join(root, "package-lock.json");
+  if (!existsSync(lockFile)) return [];
+  const locked = JSON.parse(readFileSync(lockFile, "utf8")).packages ?? {};
+  const fits = (list, value) => list === undefined || (list.includes(value) && !list.includes(`!${value}`)) || (list.every((x) => x.startsWith("!")) && !list.includes(`!${value}`));
+  return manifests
+    .flatMap((m) => Object.keys(m.optionalDependencies ?? {}))
+    .filter((name) => {
+      const entry = locked[`node_modules/${name}`];
+      return entry !== undefined && (entry.engines?.node === undefined || satisfiesEngine(nodeVersion, entry.engines.node)) && fits(entry.os, process.platform) && fits(entry.cpu, process.arch);
+    });
+}
+
+/** Packages in package.json (and its workspaces') that node_modules lacks; optional ones if this Node can run them. */
+export function missingPackages(root = ROOT, nodeVersion = process.versions.node) {
   const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   const manifests = [manifest, ...(manifest.workspaces ?? []).map((w) => JSON.parse(readFileSync(join(root, w, "package.json"), "utf8")))];
   const names = new Set(manifests.flatMap((m) => [...Object.keys(m.dependencies ?? {}), ...Object.keys(m.devDependencies ?? {})]));
   for (const m of manifests.slice(1)) names.add(m.name);
+  for (const name of expectedOptional(root, manifests, nodeVersion)) names.add(name);
   return [...names].filter((name) => !existsSync(join(root, "node_modules", name, "package.json")));
 }
 

@@ -18,7 +18,7 @@
 // --optimize-for-size: small semi-spaces promote the short-lived objects of commands in
 //   flight, and V8 let them pile up in the old space for seconds (64 actuators under load
 //   for 5 s: 125 MB resident); with it, 108 MB, for ~15 % fewer commands/s at saturation
-//   (thousands per second, far above what a plant's actuators ask for). Since issue 14 it is
+//   (thousands per second, far above what a plant's actuators ask for). Since commands stopped waiting for the disk it is
 //   most of the garbage collector's cost, about a fifth of the daemon's CPU per command at
 //   16 busy actuators; without it Node 24 reaches the 120 MB bound (docs/deploy.md, "Memory").
 export const NODE_FLAGS = ["--max-semi-space-size=2", "--max-old-space-size=256", "--optimize-for-size"];

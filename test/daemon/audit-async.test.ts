@@ -143,6 +143,7 @@ describe("(c) an audit commit that stalls or fails stops the daemon (exit 74)", 
     expect(await stack.daemon.exited).toEqual({ code: 74, signal: null });
     const fatal = stack.daemon.logs.find((l) => l.level === 60);
     expect(fatal).toMatchObject({ msg: "the journal could not commit; stopping all decisions" });
-    expect(fatal!.err).toMatch(sentence);
+    expect(fatal!.err.message).toMatch(sentence);
+    expect(fatal!.err.stack).toMatch(/\n    at /); // the stack, for whoever files the bug
   });
 });

@@ -8,7 +8,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { missingPackages, TEST_TOOLS } from "../../bin/ensure-installed.mjs";
+import { missingPackages, satisfiesEngine, TEST_TOOLS } from "../../bin/ensure-installed.mjs";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const dir = mkdtempSync(join(tmpdir(), "fencegate-ensure-"));
@@ -24,6 +24,38 @@ describe("bin/ensure-installed.mjs", () => {
     writeFileSync(join(root, "node_modules/present/package.json"), "{}");
     expect(missingPackages(root).sort()).toEqual(["@scope/dep", "absent", "lib"]);
     expect(missingPackages(ROOT)).toEqual([]);
+  });
+
+  it("expects a workspace's optional dependency only on a Node its locked engines allow", () => {
+    const root = join(dir, "optional");
+    mkdirSync(join(root, "tests/runtime"), { recursive: true });
+    writeFileSync(join(root, "package.json"), JSON.stringify({ workspaces: ["tests/runtime"] }));
+    writeFileSync(join(root, "tests/runtime/package.json"), JSON.stringify({ name: "runtime", optionalDependencies: { "new-runtime": "npm:runtime@5" } }));
+    writeFileSync(join(root, "package-lock.json"), JSON.stringify({ packages: { "node_modules/new-runtime": { version: "5.0.7", optional: true, engines: { node: ">=22.9" } } } }));
+    mkdirSync(join(root, "node_modules/runtime"), { recursive: true });
+    writeFileSync(join(root, "node_modules/runtime/package.json"), "{}");
+    expect(missingPackages(root, "20.20.2")).toEqual([]);
+    expect(missingPackages(root, "22.9.0")).toEqual(["new-runtime"]);
+    expect(missingPackages(root, "24.11.1")).toEqual(["new-runtime"]);
+  });
+
+  it.each([
+    ["20.20.2", ">=22.9", false],
+    ["22.9.0", ">=22.9", true],
+    ["20.19.0", "^20.19.0 || ^22.12.0 || ^24.0.0", true],
+    ["22.11.0", "^20.19.0 || ^22.12.0 || ^24.0.0", false],
+    ["25.0.0", "^20.19.0 || ^22.12.0 || ^24.0.0", false],
+    ["24.3.1", "20.x || 22.x || 23.x || 24.x || 25.x", true],
+    ["13.0.0", "^12.22 || ^14.13 || >=16", false],
+    ["14.1.9", "~14.1", true],
+    ["14.2.0", "~14.1", false],
+    ["0.3.0", "^0.2.3", false],
+    ["21.0.0", ">=18 <21", false],
+    ["25.0.0", "<=20", false],
+    ["20.5.0", ">20", false],
+    ["20.1.0", "18 - 21", false], // a hyphen range: not read, so not expected
+  ])("reads Node %s against the engines range %s: %s", (version, range, expected) => {
+    expect(satisfiesEngine(version, range)).toBe(expected);
   });
 
   // As root it would install the tools with apt-get; as anyone else it names them in one

@@ -40,6 +40,14 @@ describe("config/fencegate.service", () => {
     expect({ status: run.status, output: run.stdout + run.stderr }).toEqual({ status: 0, output: "" });
   });
 
+  it("explains its settings by what the package ships (dist/), not by tsx, which it does not ship", () => {
+    expect(readFileSync(UNIT, "utf8")).not.toMatch(/tsx/i);
+    const deploy = readFileSync(resolve(import.meta.dirname, "../../docs/deploy.md"), "utf8");
+    const explaining = deploy.split(/\n\s*\n|\n(?=- )/).filter((paragraph) => /PrivateTmp|TimeoutStartSec/.test(paragraph));
+    expect(explaining.length).toBeGreaterThan(0);
+    expect(explaining.filter((paragraph) => /tsx/i.test(paragraph))).toEqual([]);
+  });
+
   it("runs as fencegate in dialout, notifies with a watchdog, and keeps the journal in its state directory", () => {
     const text = readFileSync(UNIT, "utf8");
     for (const line of ["User=fencegate", "SupplementaryGroups=dialout", "Type=notify", "NotifyAccess=all", "StateDirectory=fencegate", "ProtectSystem=strict", "CapabilityBoundingSet=", "NoNewPrivileges=yes", "Restart=always"]) {
@@ -79,6 +87,21 @@ describe("pings through systemd-notify", () => {
     } finally {
       notifier.stopWatchdog();
     }
+  });
+});
+
+describe("the notifier's relay", () => {
+  it("answers each notification in order, and one failing systemd-notify is warned about once with its output", async () => {
+    const warnings: unknown[] = [];
+    const log = pino({ level: "warn" }, { write: (line: string) => warnings.push(JSON.parse(line)) });
+    const failing = join(mkdtempSync(join(dir, "f-")), "systemd-notify");
+    writeFileSync(failing, '#!/bin/sh\n[ "$1" = "WATCHDOG=1" ] && exit 0\necho "refused: $*" >&2\nexit 1\n', { mode: 0o755 });
+    const notifier = SystemdNotifier.fromEnvironment({ log, env: { NOTIFY_SOCKET: "/nonexistent" }, command: failing })!;
+    const answers = await Promise.all([notifier.send(["WATCHDOG=1"]), notifier.send(["READY=1", "STATUS=serving 2 actuator(s)"]), notifier.send(["WATCHDOG=1"]), notifier.send(["STOPPING=1"])]);
+    expect(answers).toEqual([true, false, true, false]);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatchObject({ err: expect.stringContaining("refused: READY=1 STATUS=serving 2 actuator(s)") });
+    await notifier.stopping();
   });
 });
 

@@ -198,11 +198,11 @@ describe("GroupCommitter gathering (gatherMaxMs)", () => {
 
 describe("GroupCommitter: the asynchronous audit trail", () => {
   const BOUNDS: AuditBounds = { lagMs: 200, lagRecords: 4, queueLimit: 8, stallMs: 1_000 };
-  function setup(bounds = BOUNDS) {
+  function setup(bounds = BOUNDS, actuators = 1) {
     const time = new ManualTime();
     const w = new ManualWriter();
     const failures: unknown[] = [];
-    const gc = new GroupCommitter(w, time, time, { gatherMaxMs: 0, audit: bounds, onFailure: (err) => failures.push(err) });
+    const gc = new GroupCommitter(w, time, time, { gatherMaxMs: 0, audit: bounds, onFailure: (err) => failures.push(err), actuators });
     return { time, w, gc, failures };
   }
 
@@ -267,6 +267,33 @@ describe("GroupCommitter: the asynchronous audit trail", () => {
     w.batches[0]!.resolve();
     await turn();
     expect(gc.saturated).toBe(false);
+  });
+
+  it("gives each actuator an equal share of queueLimit: the flooding one is refused at its share, the others go on, and saturation() says who", async () => {
+    const { w, gc } = setup(BOUNDS, 2); // queueLimit 8: a share of 4 each
+    expect(gc.share).toBe(4);
+    gc.audit([audited(1, "v1"), audited(2, "v1")]);
+    gc.audit([audited(3, "v2")]);
+    gc.audit([audited(4, "v1")]); // lagRecords: a commit starts, and in flight still counts
+    await turn();
+    expect(w.batches).toHaveLength(1);
+    expect(gc.saturatedFor("v1")).toBe(false); // 3 of its 4
+    expect(gc.saturation()).toBeNull();
+    gc.audit([audited(5, "v1")]);
+    expect(gc.saturatedFor("v1")).toBe(true); // at its share
+    expect(gc.saturatedFor("v2")).toBe(false);
+    expect(gc.saturated).toBe(false); // 5 of 8
+    expect(gc.saturation()).toBe("the journal is 5 records behind: v1 holds its share of journal.auditQueueLimit (4 records each), and its commands are refused (OVERLOADED) until the disk catches up");
+    w.batches[0]!.resolve();
+    await turn();
+    expect(gc.backlogOf("v1")).toBe(1);
+    expect(gc.saturatedFor("v1")).toBe(false);
+    expect(gc.saturation()).toBeNull();
+  });
+
+  it("with one actuator its share is the whole queueLimit", () => {
+    expect(setup(BOUNDS, 1).gc.share).toBe(8);
+    expect(setup(BOUNDS, 100).gc.share).toBe(1); // more actuators than records: one each, never none
   });
 
   it("idle() commits the audit records within their lag now (a clean stop loses none)", async () => {

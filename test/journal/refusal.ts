@@ -16,3 +16,14 @@ export function refusal(file: string, recentLimit = 100): JournalError {
   }
   throw new Error(`expected ${file} to be refused`);
 }
+
+/** Opens `file` as the daemon would and checks that nothing is lost: `actuator`'s highest grant is `highestGranted`. */
+export function expectOpensWhole(file: string, actuator: string, highestGranted: number): void {
+  const journal = openSqliteJournal({ path: file, recentLimit: 8 });
+  try {
+    expect(journal.load().get(actuator)?.highestGranted).toBe(highestGranted);
+    expect(journal.lostHistory).toBeNull();
+  } finally {
+    journal.close();
+  }
+}

@@ -44,14 +44,15 @@ function writtenJournal(recentLimit = 100): string {
   return file;
 }
 
-const RESTORE = /restore the journal from backup, or move it .* aside to start fresh/i;
+// Adapted (issue 21): restoring is advised only with the current mark kept and `journal recover` after it.
+const RESTORE = /keep .*-mark where it is .*restore the journal from a backup or move it .* aside, then run `fencegate journal recover`/i;
 
 describe("SqliteJournal", () => {
-  // Adapted (issue 15): the exclusive lock is on <journal>.lock; the database runs normal WAL locking for readers.
+  // Adapted (issue 21): the writer lock is a flock on the database file itself (writer-lock.test.ts); SQLite runs normal WAL locking for readers.
   it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, the writer lock and the schema version", () => {
     const file = newPath();
     const j = openSqliteJournal({ path: file, recentLimit: 4, busyTimeoutMs: 1234 });
-    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "normal", writerLock: `${file}.lock`, busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
+    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "normal", writerLock: path.join(fs.realpathSync(root), path.basename(file)), busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
     j.close();
   });
 

@@ -4,8 +4,8 @@
  * connection. `fencegate log` and the status page read it here, and only here, so that a
  * change of what an audit record holds changes one module.
  *
- * Reading never disturbs the daemon: the journal's single-writer lock is on a file of its
- * own (sqlite.ts), the database runs SQLite's normal WAL locking, and a reader sees the
+ * Reading never disturbs the daemon: the journal's single-writer lock is a flock, which
+ * SQLite's locks do not meet (sqlite.ts), the database runs SQLite's normal WAL locking, and a reader sees the
  * snapshot of the last commit when its query started without blocking the writer or being
  * blocked by it. A read-only connection never checkpoints, so it cannot write pages into
  * the database file behind the daemon's own checkpoints.
@@ -214,6 +214,9 @@ function explain(path: string, error: unknown): AuditError {
   const message = error instanceof Error ? error.message : String(error);
   if (/does not exist/.test(message) || (code === "SQLITE_CANTOPEN" && !existsSync(path))) {
     return new AuditError("JOURNAL_MISSING", `${path} cannot be opened (${message}): check journal.path (--config or --journal) and that this user may read it and its directory.`);
+  }
+  if (typeof code === "string" && /^SQLITE_(CANTOPEN|READONLY|PERM|AUTH)/.test(code) && process.getuid?.() === 0) {
+    return new AuditError("JOURNAL_UNREADABLE", `${path} cannot be opened, even by root (${message}): check that it, its -wal and -shm files and its directory are intact (fencegate doctor says more).`);
   }
   if (typeof code === "string" && /^SQLITE_(CANTOPEN|READONLY|PERM|AUTH)/.test(code)) {
     return new AuditError("JOURNAL_UNREADABLE", `${path} cannot be read by this user (${message}): run as the daemon's user (sudo -u fencegate fencegate log ...), which may read the journal, its -wal and -shm files.`);

@@ -38,13 +38,21 @@ export function readMark(journal: string): JournalMark | null {
     throw new JournalError("JOURNAL_UNREADABLE", `${file} cannot be read (${(error as Error).message}): check that the daemon's user may read and write it.`, { cause: error });
   }
   const mark = parse(text);
-  if (mark === null) {
-    throw new JournalError(
-      "JOURNAL_UNREADABLE",
-      `${file} is damaged (${text.length > 60 ? `${text.slice(0, 60)}…` : JSON.stringify(text)}). If ${journal} last stopped cleanly (the daemon logged "fencegate daemon stopped" and no -wal file is beside it), remove ${file} and start: a new one is written from the journal. Otherwise restore the journal from backup.`,
-    );
-  }
+  if (mark === null) throw new JournalError("JOURNAL_UNREADABLE", `${file} is damaged (${text.length > 60 ? `${text.slice(0, 60)}…` : JSON.stringify(text)}). ${damagedMarkAdvice(journal)}`);
   return mark;
+}
+
+/**
+ * The mark is the one file whose loss the others cover: with the database and its -wal
+ * whole, a new mark is written from them. Restoring the journal instead would lose the
+ * newest commits and grant their tokens again.
+ */
+function damagedMarkAdvice(journal: string): string {
+  const file = markPath(journal);
+  if (fs.existsSync(`${journal}-wal`)) {
+    return `The -wal beside it is there, so ${journal} and its -wal hold every commit: remove ${file} and start; a new one is written from the journal. Putting an older backup of the journal back instead would grant tokens again.`;
+  }
+  return `If ${journal} last stopped cleanly (the daemon logged "fencegate daemon stopped"), remove ${file} and start: a new one is written from the journal. If it crashed and its -wal is gone, remove ${file} too, then run \`fencegate journal recover --floor N\` with this gateway's --config and N above the highest token the retained states on the broker show, so that no token is granted again.`;
 }
 
 function parse(text: string): JournalMark | null {

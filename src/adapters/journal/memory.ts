@@ -80,7 +80,3 @@ export class MemoryJournal implements Journal {
     if (this.#gone !== null) throw new Error(`journal: ${op}() on a ${this.#gone} journal`);
   }
 }
-
-export function openMemoryJournal(options: MemoryJournalOptions): MemoryJournal {
-  return new MemoryJournal(options);
-}

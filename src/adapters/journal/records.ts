@@ -35,7 +35,7 @@ export function isOutcome(x: unknown): x is Outcome {
 }
 
 /** Why the entry cannot be stored faithfully, or null when it can. */
-export function entryProblem(entry: JournalEntry): string | null {
+function entryProblem(entry: JournalEntry): string | null {
   const { actuator, record } = entry;
   if (typeof actuator !== "string" || actuator.length === 0) return "the actuator id must be a non-empty string";
   if (!isCount(record.token)) return `token ${String(record.token)} is not an integer from 0 to 2^53-1`;

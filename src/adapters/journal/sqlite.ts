@@ -23,9 +23,9 @@
  * computed with `applyRecord` itself from the stored one, so tokens only ever go up.
  *
  * Single writer: two gateways on one journal would each believe their own fence, so the
- * journal holds an exclusive lock on a file beside it (`<journal>.lock`, see {@link lockJournal})
- * for its whole life, taken before it looks at anything else, and a second opener is
- * refused. The database itself runs SQLite's normal WAL locking, so readers (`fencegate log`,
+ * journal holds an exclusive flock on the database file itself (its inode, whatever names
+ * it has: see {@link lockJournal}) for its whole life, taken before it looks at anything
+ * else, and a second opener is refused; a journal path that is a symbolic link is refused. The database itself runs SQLite's normal WAL locking, so readers (`fencegate log`,
  * the status page's audit trail: audit.ts) read a consistent snapshot without blocking a
  * commit or being blocked by one; a read-only connection never checkpoints, so it cannot
  * write behind the journal's own checkpoints or remove the -wal.
@@ -57,6 +57,7 @@
  * write per start, per clean stop, and per TOKEN_RESERVE grants of one actuator.
  */
 import Database from "better-sqlite3";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import type { DurableSnapshot } from "../../core/actuator.ts";
@@ -66,6 +67,7 @@ import type { CommandRecord, Fence } from "../../core/types.ts";
 import type { Journal, JournalEntry, JournalWriter } from "../../shell/ports.ts";
 import { JournalError } from "../../shell/ports.ts";
 import { TOKEN_RESERVE, highestCeiling, markPath, readMark, writeMark, type JournalMark } from "./mark.ts";
+import { nativeModuleError } from "./native.ts";
 import { assertRecentLimit, assertStorable, isOutcome, isPointValues } from "./records.ts";
 
 export const SCHEMA_VERSION = 3;
@@ -101,8 +103,14 @@ PRAGMA application_id = ${APPLICATION_ID};
 PRAGMA user_version = ${SCHEMA_VERSION};
 `;
 
-const START_FRESH =
-  "Restore the journal from backup, or move it (and any -wal file beside it) aside to start fresh; a fresh journal starts from the devices' own fences, or, with the journal's -mark file kept beside it, above every token ever granted (`fencegate journal recover`).";
+/**
+ * What to do about a journal that cannot be used: never "restore from backup" alone (an
+ * older journal grants again every token granted since), always with the current mark
+ * kept and the recovery that raises every token above its floor (docs/deploy.md §7).
+ */
+function startFresh(file: string): string {
+  return `Keep ${markPath(file)} where it is (its floor is above every token ever granted), restore the journal from a backup or move it (and any -wal file beside it) aside, then run \`fencegate journal recover\` with this gateway's --config, which sets every token above that floor (with no -mark file, add --floor above the highest token the retained states on the broker show), and start.`;
+}
 
 export interface SqliteJournalOptions {
   /** The database file, or ":memory:" (not durable; for tests). */
@@ -121,6 +129,11 @@ export interface SqliteJournalOptions {
    * then sets token floors from the mark): `lostHistory` says what is missing.
    */
   readonly acceptLostHistory?: boolean;
+  /**
+   * Create the journal when there is no file (the default, for tools and tests). The daemon
+   * passes `journal.createIfMissing`: off, a missing journal is refused (JOURNAL_MISSING).
+   */
+  readonly createIfMissing?: boolean;
   /** The wall clock stamped on each command record (`at_ms`), for people; default Date.now. */
   readonly wallNowMs?: () => number;
 }
@@ -142,7 +155,7 @@ export interface SqliteJournalSettings {
   /** Commits are made durable by this journal's own fdatasync of the -wal file. */
   readonly walFdatasync: boolean;
   readonly lockingMode: string;
-  /** The file whose exclusive lock keeps a second gateway off this journal (null for ":memory:"). */
+  /** The file whose flock keeps a second gateway off this journal: the database's real path (null for ":memory:"). */
   readonly writerLock: string | null;
   readonly busyTimeoutMs: number;
   readonly schemaVersion: number;
@@ -196,8 +209,10 @@ export class SqliteJournal implements Journal, JournalWriter {
   readonly #stmt: ReturnType<typeof prepare>;
   readonly #fdatasync: NonNullable<SqliteJournalOptions["fdatasync"]>;
   readonly #wallNowMs: () => number;
-  /** Holds `<journal>.lock` exclusively until close (null for ":memory:"). */
-  readonly #lock: Database.Database | null;
+  /** The writer lock on the database file, held until close (null for ":memory:"). */
+  readonly #lock: WriterLock | null;
+  /** Until load() has passed: keeps SQLite from checkpointing on a failed start's close (see keepFilesAsTheyAre). */
+  #keeper: Database.Database | null;
   #loaded = false;
   /** The -wal and the database file, opened on their first sync. */
   #walFd: number | null = null;
@@ -228,9 +243,10 @@ export class SqliteJournal implements Journal, JournalWriter {
   /** What committed history is missing, found by load() (with acceptLostHistory), or null. */
   lostHistory: string | null = null;
 
-  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found, lock: Database.Database | null = null) {
+  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found, lock: WriterLock | null = null, keeper: Database.Database | null = null) {
     this.#db = db;
     this.#lock = lock;
+    this.#keeper = keeper;
     this.#wallNowMs = options.wallNowMs ?? Date.now;
     this.path = options.path;
     this.recentLimit = options.recentLimit;
@@ -250,11 +266,36 @@ export class SqliteJournal implements Journal, JournalWriter {
    */
   load(): ReadonlyMap<string, DurableSnapshot> {
     if (!this.#db.open) throw new Error("journal: load() on a closed journal");
-    const result = guard(this.path, () => this.#db.transaction(() => this.#loadTx()).immediate());
-    this.#syncNow(); // the OUTCOME_UNKNOWN records made by loading are durable before anything decides on them
-    if (this.path !== ":memory:") this.#openMark(result);
+    const result = guard(this.path, () => {
+      const loaded = this.#db.transaction(() => this.#loadTx()).immediate();
+      this.#syncNow(); // the OUTCOME_UNKNOWN records made by loading are durable before anything decides on them
+      if (this.path !== ":memory:") this.#openMark(loaded);
+      return loaded;
+    });
+    this.#keeper?.close();
+    this.#keeper = null;
     this.#loaded = true;
     return result;
+  }
+
+  /**
+   * The gateway group this journal last served in (a `meta` key `group:<name>`), or null. A
+   * journal that was in a group does not start alone: it would serve beside the group's
+   * active gateway (docs/gateway-group.md, "Leaving a group").
+   */
+  group(): string | null {
+    const row = this.#db.prepare<[], { key: string }>("SELECT key FROM meta WHERE key LIKE 'group:%' LIMIT 1").get();
+    return row === undefined ? null : row.key.slice("group:".length);
+  }
+
+  /** Records (durably, before anything is served) the group this journal serves in, or that it left (null). */
+  setGroup(name: string | null): void {
+    this.#db.transaction(() => {
+      this.#db.prepare("DELETE FROM meta WHERE key LIKE 'group:%'").run();
+      if (name !== null) this.#db.prepare("INSERT INTO meta (key, value) VALUES (?, 1)").run(`group:${name}`);
+    }).immediate();
+    this.#written++;
+    this.#syncNow();
   }
 
   /**
@@ -377,6 +418,8 @@ export class SqliteJournal implements Journal, JournalWriter {
       problem = error;
     }
     this.#db.close();
+    this.#keeper?.close(); // after the journal's own connection: no checkpoint, the files as they were
+    this.#keeper = null;
     try {
       this.#closeMark();
     } catch (error) {
@@ -549,7 +592,7 @@ export class SqliteJournal implements Journal, JournalWriter {
       synchronous: Number(db.pragma("synchronous", { simple: true })),
       walFdatasync: this.path !== ":memory:",
       lockingMode: String(db.pragma("locking_mode", { simple: true })),
-      writerLock: this.#lock === null ? null : lockPath(this.path),
+      writerLock: this.#lock?.path ?? null,
       busyTimeoutMs: Number(db.pragma("busy_timeout", { simple: true })),
       schemaVersion: Number(db.pragma("user_version", { simple: true })),
     };
@@ -613,7 +656,7 @@ export class SqliteJournal implements Journal, JournalWriter {
   #loadTx(): Map<string, DurableSnapshot> {
     const problems = (this.#db.pragma("quick_check(5)") as { quick_check: string }[]).map((r) => r.quick_check);
     if (problems.length !== 1 || problems[0] !== "ok") {
-      throw new JournalError("JOURNAL_UNREADABLE", `${this.path} is damaged (quick_check: ${problems.join("; ")}). ${START_FRESH}`);
+      throw new JournalError("JOURNAL_UNREADABLE", `${this.path} is damaged (quick_check: ${problems.join("; ")}). ${startFresh(this.path)}`);
     }
     const actuators = this.#stmt.allActuators.all() as ActuatorRow[];
     const commands = this.#stmt.allCommands.all() as CommandRow[];
@@ -701,7 +744,7 @@ class RowChecker {
   constructor(readonly file: string) {}
 
   fail(problem: string): never {
-    throw new JournalError("JOURNAL_INCONSISTENT", `${this.file}: ${problem}. ${START_FRESH}`);
+    throw new JournalError("JOURNAL_INCONSISTENT", `${this.file}: ${problem}. ${startFresh(this.file)}`);
   }
   /** Read with safeIntegers: an INTEGER arrives as a bigint, exact even beyond 2^53. */
   count(x: unknown, what: string): number {
@@ -745,38 +788,66 @@ function truncate(s: string): string {
 export function openSqliteJournal(options: SqliteJournalOptions): SqliteJournal {
   assertRecentLimit(options.recentLimit);
   const file = options.path;
-  const inMemory = file === ":memory:";
+  if (file === ":memory:") return guard(file, () => openLocked(options, null, { fresh: true, databaseLost: false }));
   return guard(file, () => {
-    const lock = inMemory ? null : lockJournal(file, options.busyTimeoutMs ?? 5000);
+    refuseLink(file);
+    const created = exists(file) ? { fresh: false, databaseLost: false } : createJournal(options);
+    const lock = lockJournal(file, options.busyTimeoutMs ?? 5000);
     try {
-      return openLocked(options, lock);
+      return openLocked(options, lock, created);
     } catch (error) {
-      lock?.close();
+      lock.close();
       throw error;
     }
   });
 }
 
+/**
+ * No database file: refused when something beside it says a journal was kept here, or when
+ * creating was not asked for; else created. Nothing is made in the refusals (the
+ * operator's next look finds what was there, and a directory that is gone may be an
+ * unmounted disk's mount point). Without a lock: there is no file to lock yet, and a
+ * gateway running on this journal would have one.
+ */
+function createJournal(options: SqliteJournalOptions): { fresh: boolean; databaseLost: boolean } {
+  const file = options.path;
+  if (exists(`${file}-wal`)) {
+    throw new JournalError(
+      "JOURNAL_INCONSISTENT",
+      `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
+    );
+  }
+  const mark = readMark(file);
+  if (mark !== null && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark)} ${recoverAdvice(file)}`);
+  if (options.createIfMissing === false) throw missingJournal(file);
+  return { fresh: createFile(file), databaseLost: mark !== null };
+}
+
+/**
+ * A journal path that is a symbolic link: the -wal and -mark beside the link are not those
+ * beside the journal, so the link is refused and the real path asked for.
+ */
+function refuseLink(file: string): void {
+  let target: string;
+  try {
+    if (!fs.lstatSync(file).isSymbolicLink()) return;
+    target = path.resolve(path.dirname(file), fs.readlinkSync(file));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "ENOENT") return;
+    throw error;
+  }
+  throw new JournalError(
+    "JOURNAL_UNREADABLE",
+    `${file} is a symbolic link to ${target}: point journal.path at the file itself (${target}). The journal's -wal and -mark files live beside the database, not beside a link to it.`,
+  );
+}
+
 /** Everything after the writer lock is held: what is on disk is this gateway's to judge. */
-function openLocked(options: SqliteJournalOptions, lock: Database.Database | null): SqliteJournal {
+function openLocked(options: SqliteJournalOptions, lock: WriterLock | null, created: { fresh: boolean; databaseLost: boolean }): SqliteJournal {
   const file = options.path;
   const inMemory = lock === null;
-  let fresh = inMemory;
+  // Read under the lock: a gateway that held it until a moment ago wrote its last mark.
   const mark = inMemory ? null : readMark(file);
-  let databaseLost = false;
-  if (!inMemory && !exists(file)) {
-    if (exists(`${file}-wal`)) {
-      throw new JournalError(
-        "JOURNAL_INCONSISTENT",
-        `${file} is missing but ${file}-wal is there: the journal was partly deleted or moved. Restore both files together, or move the -wal file aside to start fresh; a fresh journal starts from the devices' own fences.`,
-      );
-    }
-    databaseLost = mark !== null;
-    // Refused before anything is created: the operator's next look finds what was there.
-    if (databaseLost && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark!)} ${recoverAdvice(file)}`);
-    createFile(file);
-    fresh = true;
-  }
   const walExisted = !inMemory && walHasHeader(file);
   if (!inMemory) {
     // SQLite would quietly fall back to read-only and fail later with a vague I/O error.
@@ -785,37 +856,116 @@ function openLocked(options: SqliteJournalOptions, lock: Database.Database | nul
     fs.accessSync(path.dirname(file), fs.constants.W_OK | fs.constants.X_OK);
   }
   const db = new Database(file, { fileMustExist: !inMemory, timeout: options.busyTimeoutMs ?? 5000 });
+  let keeper: Database.Database | null = null;
   try {
+    keeper = inMemory ? null : keepFilesAsTheyAre(file, options.busyTimeoutMs ?? 5000);
     configure(db, file, inMemory);
-    return new SqliteJournal(db, options, { fresh, mark, walExisted, databaseLost }, lock);
+    return new SqliteJournal(db, options, { fresh: created.fresh, mark, walExisted, databaseLost: created.databaseLost }, lock, keeper);
   } catch (error) {
     db.close();
+    keeper?.close();
     throw error;
   }
-}
-
-/** The lock that keeps a second gateway off this journal: the file beside it. */
-export function lockPath(journalPath: string): string {
-  return `${journalPath}.lock`;
 }
 
 /**
- * Takes `<journal>.lock` (a scratch SQLite file; its contents do not matter) under an
- * exclusive lock, held until the returned connection closes or the process ends (POSIX
- * record locks die with it, so a crash leaves no stale lock). A second gateway waits
- * `timeoutMs` for it, then gets SQLITE_BUSY: "in use by another process".
+ * A read-only connection held open until the journal's load has passed its checks and
+ * marked the journal open. The last connection to close checkpoints the -wal into the
+ * database and deletes it, and a start that failed (a full disk, a damaged row) would
+ * then leave the mark saying open with no -wal: a false JOURNAL_LOST_HISTORY at the next
+ * start. With this one open the journal's own connection is never the last before then,
+ * and a read-only connection never checkpoints: a failed start leaves the files as they
+ * were. Its read takes the shared lock that says so.
  */
-function lockJournal(file: string, timeoutMs: number): Database.Database {
-  const db = new Database(lockPath(file), { timeout: timeoutMs });
+function keepFilesAsTheyAre(file: string, timeoutMs: number): Database.Database {
+  const keeper = new Database(file, { readonly: true, fileMustExist: true, timeout: timeoutMs });
   try {
-    db.pragma("locking_mode = EXCLUSIVE");
-    db.pragma("journal_mode = OFF");
-    db.exec("BEGIN EXCLUSIVE; COMMIT"); // in EXCLUSIVE locking mode the lock outlives the transaction
-    return db;
+    keeper.pragma("schema_version");
+    return keeper;
   } catch (error) {
-    db.close();
+    keeper.close();
     throw error;
   }
+}
+
+/** The single-writer lock: flock(2) on an open descriptor of the database file itself. */
+class WriterLock {
+  constructor(
+    /** The file locked, its real path (links in the directory resolved). */
+    readonly path: string,
+    readonly fd: number,
+  ) {}
+
+  /**
+   * Only after the journal's SQLite connection has closed: closing a descriptor of the file
+   * drops every POSIX record lock this process holds on it, SQLite's included.
+   */
+  close(): void {
+    fs.closeSync(this.fd);
+  }
+}
+
+/** flock(1)'s exit code when the lock is held elsewhere (its --conflict-exit-code). */
+const LOCK_HELD_EXIT = 75;
+
+/**
+ * Locks the database file by its inode, so that every name for it (a hard link, a symbolic
+ * link, a path with a linked directory) meets the same lock, and there is no lock file to
+ * delete. flock(2), taken on the open file description, is held until the descriptor
+ * closes or the process ends, so a crash leaves no stale lock; it does not interact with
+ * SQLite's own fcntl locks, so readers (`fencegate log`) are not blocked. Node has no
+ * flock, so util-linux's flock(1) takes it on the descriptor, inherited: the lock belongs
+ * to the description, which stays open here when the child exits. A second gateway waits
+ * `timeoutMs` for it, then is refused: "in use by another process".
+ */
+function lockJournal(file: string, timeoutMs: number): WriterLock {
+  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  try {
+    if (!flock(file, fd, timeoutMs)) throw inUse(file, `flock: held by another process for all of ${timeoutMs} ms`);
+    // Replaced between the open and the lock (a journal created beside it at that moment):
+    // the lock is on a file that no longer has this name.
+    const held = fs.fstatSync(fd);
+    const named = fs.statSync(file);
+    if (held.ino !== named.ino || held.dev !== named.dev) throw inUse(file, "the file was replaced while it was being opened");
+    return new WriterLock(path.join(fs.realpathSync(path.dirname(file)), path.basename(file)), fd);
+  } catch (error) {
+    fs.closeSync(fd);
+    throw error;
+  }
+}
+
+/** Takes the exclusive flock on `fd`, waiting up to `timeoutMs`: false when another process holds it. */
+function flock(file: string, fd: number, timeoutMs: number): boolean {
+  const wait = timeoutMs > 0 ? ["--timeout", String(timeoutMs / 1000)] : ["--nonblock"];
+  const run = spawnSync("flock", ["--exclusive", ...wait, "--conflict-exit-code", String(LOCK_HELD_EXIT), "3"], { stdio: ["ignore", "ignore", "pipe", fd], encoding: "utf8" });
+  if (run.error !== undefined) {
+    throw new JournalError("JOURNAL_UNREADABLE", `${file}: the writer lock could not be taken: flock(1) did not run (${run.error.message}). Install util-linux, which provides it.`);
+  }
+  if (run.status === LOCK_HELD_EXIT) return false;
+  if (run.status !== 0) throw new JournalError("JOURNAL_UNREADABLE", `${file}: the writer lock could not be taken (flock: ${run.stderr.trim() || `exit ${run.status}`}).`);
+  return true;
+}
+
+/**
+ * Whether another process holds the journal's writer lock (a daemon running on it), for
+ * `fencegate doctor`. Call it only with no SQLite connection of this process on `file`.
+ */
+export function writerLockHeld(file: string): boolean {
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY);
+  } catch {
+    return false;
+  }
+  try {
+    return !flock(file, fd, 0);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function inUse(file: string, detail: string): JournalError {
+  return new JournalError("JOURNAL_UNREADABLE", `${file} ${explain(file, Object.assign(new Error(detail), { code: "SQLITE_BUSY" }))}`);
 }
 
 function configure(db: Database.Database, file: string, inMemory: boolean): void {
@@ -831,7 +981,7 @@ function configure(db: Database.Database, file: string, inMemory: boolean): void
   } else if (appId !== APPLICATION_ID || version !== SCHEMA_VERSION) {
     throw new JournalError(
       "JOURNAL_UNREADABLE",
-      `${file} is a SQLite file but not a fencegate journal (application_id ${appId}, user_version ${version}): empty, damaged or another program's. ${START_FRESH}`,
+      `${file} is a SQLite file but not a fencegate journal (application_id ${appId}, user_version ${version}): empty, damaged or another program's. ${startFresh(file)}`,
     );
   }
   if (!inMemory) {
@@ -862,8 +1012,8 @@ function migrate(db: Database.Database, from: number): void {
  * Creates the journal beside its final path and renames it into place, so a file at `path`
  * always has a schema: an existing empty or headless file is damage, never "fresh".
  */
-function createFile(file: string): void {
-  const temp = `${file}.creating`;
+function createFile(file: string): boolean {
+  const temp = `${file}.creating.${process.pid}`;
   for (const f of [temp, `${temp}-wal`, `${temp}-shm`, `${temp}-journal`]) fs.rmSync(f, { force: true });
   const db = new Database(temp);
   try {
@@ -874,8 +1024,18 @@ function createFile(file: string): void {
     db.close(); // checkpoints the WAL into the file and removes it
   }
   fsyncPath(temp);
-  fs.renameSync(temp, file);
+  // A link, not a rename: a journal another process created meanwhile is never replaced.
+  let created = true;
+  try {
+    fs.linkSync(temp, file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+    created = false;
+  } finally {
+    fs.rmSync(temp, { force: true });
+  }
   fsyncPath(path.dirname(file));
+  return created;
 }
 
 function fsyncPath(p: string): void {
@@ -885,6 +1045,20 @@ function fsyncPath(p: string): void {
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/**
+ * No journal, and nothing beside it saying one was kept: a new gateway, or the disk that
+ * holds it is not mounted. Starting fresh there would grant tokens again that paused
+ * controllers may hold, so it takes an explicit step (docs/deploy.md §7).
+ */
+function missingJournal(file: string): JournalError {
+  const dir = path.dirname(file);
+  const what = exists(dir) ? `${file} does not exist` : `${file} does not exist: its directory ${dir} does not exist`;
+  return new JournalError(
+    "JOURNAL_MISSING",
+    `${what}, and the daemon does not start a fresh journal by itself (it would grant tokens again that controllers may still hold). If the journal is on a disk or partition that is not mounted, mount it and start again; if this gateway is new (or you mean to start afresh, with the controllers of plain actuators stopped), run \`fencegate journal init\` with this gateway's --config, then start.`,
+  );
 }
 
 function databaseLostSentence(file: string, mark: JournalMark): string {
@@ -920,17 +1094,17 @@ function exists(p: string): boolean {
   }
 }
 
-/** Runs `fn`, turning every failure to read or open the file into a JournalError. */
+/** Runs `fn`, turning every failure to read or open the file into a JournalError (or a NativeModuleError: the install's fault, not the file's). */
 function guard<T>(file: string, fn: () => T): T {
   try {
     return fn();
   } catch (error) {
     if (error instanceof JournalError || error instanceof RangeError) throw error;
-    throw new JournalError("JOURNAL_UNREADABLE", `${file} ${explain(error)}`, { cause: error });
+    throw nativeModuleError(error) ?? new JournalError("JOURNAL_UNREADABLE", `${file} ${explain(file, error)}`, { cause: error });
   }
 }
 
-function explain(error: unknown): string {
+function explain(file: string, error: unknown): string {
   const code = (error as { code?: unknown }).code;
   const message = error instanceof Error ? error.message : String(error);
   switch (code) {
@@ -938,9 +1112,9 @@ function explain(error: unknown): string {
     case "SQLITE_LOCKED":
       return `is in use by another process (${message}). Is another fencegate running on this journal? Stop it first; two gateways must never share one.`;
     case "SQLITE_NOTADB":
-      return `is not a SQLite database (${message}): garbage, truncated or overwritten. ${START_FRESH}`;
+      return `is not a SQLite database (${message}): garbage, truncated or overwritten. ${startFresh(file)}`;
     case "SQLITE_CORRUPT":
-      return `is damaged (${message}). ${START_FRESH}`;
+      return `is damaged (${message}). ${startFresh(file)}`;
     case "EACCES":
     case "EPERM":
     case "SQLITE_PERM":
@@ -948,8 +1122,13 @@ function explain(error: unknown): string {
     case "SQLITE_CANTOPEN":
     case "SQLITE_AUTH":
       return `cannot be opened for reading and writing (${message}): check that it is a file and that the daemon's user may read and write it and its directory.`;
+    case "EROFS":
+      return `cannot be written (${message}): the filesystem is read-only: check the card and the mount (the kernel remounts a failing SD card read-only; \`dmesg\`, \`findmnt ${path.dirname(file)}\`). The journal itself may be intact: leave it as it is.`;
+    case "ENOSPC":
+    case "SQLITE_FULL":
+      return `cannot be written (${message}): the disk is full: free space and start again. The journal itself is intact: leave it as it is.`;
     default:
       if (/directory does not exist/.test(message)) return `cannot be created: ${message}. Create the directory, or fix the journal path.`;
-      return `cannot be read (${message}). ${START_FRESH}`;
+      return `cannot be read (${message}). ${startFresh(file)}`;
   }
 }

@@ -15,14 +15,20 @@
  *   while it is attributed. Do not pass `--no-block`.
  * - `--pid` is not used: faking the sender's credentials needs CAP_SYS_ADMIN, which the
  *   unit does not have, and it would also send MAINPID=.
- * - Costs one process per ping (~50 ms wall, mostly waiting, on a desktop CPU); at one ping
- *   per WatchdogSec/3 that is nothing.
+ * - systemd-notify runs from a relay, one shell started with the notifier that runs it for
+ *   each line the daemon writes (fields joined by tabs) and answers ok or fail. The daemon
+ *   itself starts no process while it serves: starting one waits for the kernel's lock on
+ *   the daemon's memory map, which the journal's writer thread holds while it faults on a
+ *   frozen disk (docs/deploy.md, "The journal's disk"), and would stop the event loop there.
+ * - Costs one process per ping in the relay (~50 ms wall, mostly waiting, on a desktop CPU);
+ *   at one ping per WatchdogSec/3 that is nothing.
  *
  * Pings come from a timer on the daemon's event loop, and only when `healthy()` says so:
  * a blocked loop or a failed journal stops them, and systemd restarts the service after
  * WatchdogSec.
  */
-import { execFile } from "node:child_process";
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import type { Readable, Writable } from "node:stream";
 import type { Logger } from "pino";
 
 export interface NotifyEnvironment {
@@ -53,6 +59,18 @@ export interface SystemdNotifierOptions {
   readonly timeoutMs?: number;
 }
 
+/**
+ * The relay's script: $0 is the timeout in seconds for one systemd-notify, $1 the program.
+ * Fields come tab-separated, one notification a line; globbing is off, so no field expands.
+ */
+const RELAY = `set -f
+IFS="$(printf '\t')"
+while read -r line; do
+  if out=$(timeout "$0" "$1" $line 2>&1); then echo ok; else echo "fail $(printf %s "$out" | tr '\n' ' ')"; fi
+done`;
+
+type Relay = ChildProcessByStdio<Writable, Readable, null>;
+
 export class SystemdNotifier {
   private readonly command: string;
   private readonly timeoutMs: number;
@@ -62,6 +80,9 @@ export class SystemdNotifier {
   /** The ping being sent, if any: at most one at a time, and STOPPING=1 waits for it. */
   private inFlight: Promise<boolean> | null = null;
   private warnedFailure = false;
+  private relay: Relay | null = null;
+  /** The answers the relay owes, in the order the lines were written. */
+  private readonly owed: ((answer: string) => void)[] = [];
 
   private constructor(options: SystemdNotifierOptions) {
     this.log = options.log;
@@ -73,24 +94,66 @@ export class SystemdNotifier {
   /** A notifier when run by systemd with a notify socket (Type=notify or WatchdogSec=), else null. */
   static fromEnvironment(options: SystemdNotifierOptions): SystemdNotifier | null {
     const env = options.env ?? process.env;
-    return env.NOTIFY_SOCKET ? new SystemdNotifier(options) : null;
+    if (!env.NOTIFY_SOCKET) return null;
+    const notifier = new SystemdNotifier(options);
+    notifier.startRelay();
+    return notifier;
   }
 
   /** Sends `fields` (e.g. READY=1); resolves false, after one warning, when it could not. */
   send(fields: readonly string[]): Promise<boolean> {
     return new Promise((resolve) => {
-      execFile(this.command, [...fields], { timeout: this.timeoutMs, env: { ...process.env, ...this.env } }, (err, _stdout, stderr) => {
-        if (!err) return resolve(true);
+      const relay = this.relay ?? this.startRelay();
+      // The relay answers within its own timeout; past this one it is taken for stuck and replaced.
+      const backstop = setTimeout(() => this.endRelay(relay, "no answer from the relay"), this.timeoutMs + 1000);
+      backstop.unref();
+      this.owed.push((answer) => {
+        clearTimeout(backstop);
+        if (answer === "ok") return resolve(true);
         if (!this.warnedFailure) {
           this.warnedFailure = true;
           this.log.warn(
-            { command: this.command, err: err.message, stderr: stderr.trim() },
+            { command: this.command, err: answer.replace(/^fail ?/, "") },
             "cannot notify systemd; with WatchdogSec set the service will be restarted. Is systemd-notify installed, and NotifyAccess=all set in the unit?",
           );
         }
         resolve(false);
       });
+      relay.stdin.write(`${fields.map((f) => f.replace(/[\t\r\n]/g, " ")).join("\t")}\n`);
     });
+  }
+
+  /** Started with the notifier, before the daemon serves; again only if it ended. */
+  private startRelay(): Relay {
+    const relay = spawn("sh", ["-c", RELAY, String(Math.max(1, Math.ceil(this.timeoutMs / 1000))), this.command], {
+      stdio: ["pipe", "pipe", "ignore"],
+      env: { ...process.env, ...this.env },
+    });
+    this.relay = relay;
+    let buffer = "";
+    relay.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      buffer += chunk;
+      for (let nl = buffer.indexOf("\n"); nl >= 0; nl = buffer.indexOf("\n")) {
+        const answer = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        this.owed.shift()?.(answer);
+      }
+    });
+    relay.stdin.on("error", () => {}); // a relay that ended: its exit fails what it owed
+    relay.on("error", (err) => this.endRelay(relay, `the relay did not start: ${err.message}`));
+    relay.on("exit", () => this.endRelay(relay, "the relay ended"));
+    // Neither it nor its pipes keep the daemon alive.
+    relay.unref();
+    (relay.stdin as Writable & { unref?: () => void }).unref?.();
+    (relay.stdout as Readable & { unref?: () => void }).unref?.();
+    return relay;
+  }
+
+  private endRelay(relay: Relay, why: string): void {
+    if (this.relay !== relay) return;
+    this.relay = null;
+    relay.kill();
+    for (const owed of this.owed.splice(0)) owed(`fail ${why}`);
   }
 
   ready(status: string): Promise<boolean> {
@@ -100,7 +163,9 @@ export class SystemdNotifier {
   async stopping(): Promise<boolean> {
     this.stopWatchdog();
     await this.inFlight;
-    return this.send(["STOPPING=1", "STATUS=draining and stopping"]);
+    const sent = await this.send(["STOPPING=1", "STATUS=draining and stopping"]);
+    this.relay?.stdin.end(); // its last line: the relay's shell ends
+    return sent;
   }
 
   /**
