@@ -35,6 +35,20 @@ export function leadershipConfig(ttlMs: number, marginMs: number): LeadershipCon
   return { ttlMs, marginMs, renewEveryMs: Math.floor(ttlMs / 3), retryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))), lookEveryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))) };
 }
 
+/**
+ * How much room the active gateway's window leaves once an etcd leader hangs (a frozen VM,
+ * a partition), in ms: negative or 0 means it steps down before etcd has a leader again.
+ * After the last confirmed renewal the gateway drives devices for `ttl - margin`; within
+ * that, the next renewal is sent a renewal period later, etcd's followers notice the hung
+ * leader and elect another within two election timeouts (each waits a randomised one to two
+ * before campaigning), and a request that went to the hung leader first costs one request
+ * timeout. A new leader gives every lease its full TTL again, so only this window matters.
+ * docs/gateway-group.md, "When etcd is in trouble".
+ */
+export function leaderHangRoomMs(config: LeadershipConfig, requestTimeoutMs: number, electionTimeoutMs: number): number {
+  return config.ttlMs - config.marginMs - config.renewEveryMs - (2 * electionTimeoutMs + requestTimeoutMs);
+}
+
 /** A leadership term: the leader key's create revision, unique while etcd's history is. */
 export interface Term {
   readonly revision: number;
@@ -61,6 +75,8 @@ export interface LeadershipState {
   readonly nextLookAtMs: number;
   /** Whether the last exchange with etcd succeeded: while not, no grant is attempted. */
   readonly etcdReachable: boolean;
+  /** Since when etcd has not answered (the start, or the first failed request after an answer); null while it answers. */
+  readonly unreachableSinceMs: number | null;
 }
 
 export type StepDownReason = "renewal-overdue" | "lease-lost" | "deposed" | "stale" | "shutdown";
@@ -74,8 +90,12 @@ export type LeadershipEvent =
   /** `ttlMs` 0: etcd no longer knows the lease. */
   | { readonly type: "renewed"; readonly id: string; readonly ttlMs: number; readonly sentAtMs: number }
   | { readonly type: "renewFailed"; readonly id: string }
-  /** The leader key: absent, someone else's, or ours under the lease the look named (a campaign whose answer was lost had won). */
-  | { readonly type: "looked"; readonly leaseId: string; readonly leader: "none" | "other" | { readonly mine: Term } }
+  /**
+   * The leader key: absent, someone else's, or ours under the lease the look named (a campaign
+   * whose answer was lost had won). `configAgrees` false: another member's actuators are
+   * configured differently, so this one must not take over (undefined: not asked, agrees).
+   */
+  | { readonly type: "looked"; readonly leaseId: string; readonly leader: "none" | "other" | { readonly mine: Term }; readonly configAgrees?: boolean }
   | { readonly type: "lookFailed" }
   | { readonly type: "campaigned"; readonly won: Term | null }
   | { readonly type: "campaignFailed" }
@@ -112,6 +132,7 @@ export const INITIAL_LEADERSHIP: LeadershipState = {
   nextRenewAtMs: 0,
   nextLookAtMs: 0,
   etcdReachable: false,
+  unreachableSinceMs: null,
 };
 
 /** Whether this gateway may send anything to a device at `nowMs`. Checked before every frame. */
@@ -122,6 +143,16 @@ export function mayDriveDevices(config: LeadershipConfig, state: LeadershipState
 /** Whether a grant may be tried now: active, and etcd answered the last time it was asked. */
 export function mayGrant(config: LeadershipConfig, state: LeadershipState, nowMs: number): boolean {
   return mayDriveDevices(config, state, nowMs) && state.etcdReachable;
+}
+
+/**
+ * Whether this member has not reached etcd for longer than a lease TTL. Past that, whatever
+ * lease it held has expired, it cannot take over, and it knows nothing of the other members:
+ * for all it can tell, nothing of the group serves (docs/gateway-group.md, "When etcd is in
+ * trouble"). /healthz answers 503 then; a shorter gap is the routine retry.
+ */
+export function etcdOutOfReach(config: LeadershipConfig, state: LeadershipState, nowMs: number): boolean {
+  return state.phase !== "stopped" && state.unreachableSinceMs !== null && nowMs - state.unreachableSinceMs > config.ttlMs;
 }
 
 /** When the adapter must next feed a `tick`, or null when nothing is due. */
@@ -145,6 +176,11 @@ class Step {
   set(patch: Partial<LeadershipState>): void {
     this.state = { ...this.state, ...patch };
   }
+  /** An exchange with etcd ended: answered, or failed (no answer in time, refused connection). */
+  reached(answered: boolean): void {
+    if (answered) this.set({ etcdReachable: true, unreachableSinceMs: null });
+    else this.set({ etcdReachable: false, unreachableSinceMs: this.state.unreachableSinceMs ?? this.nowMs });
+  }
   pending(patch: Partial<LeadershipState["pending"]>): void {
     this.state = { ...this.state, pending: { ...this.state.pending, ...patch } };
   }
@@ -161,6 +197,7 @@ export function leadershipStep(config: LeadershipConfig, state: LeadershipState,
   fenceIfDue(s);
   switch (input.type) {
     case "start":
+      s.set({ unreachableSinceMs: s.nowMs }); // not reached yet
       break;
     case "tick":
       break;
@@ -169,7 +206,8 @@ export function leadershipStep(config: LeadershipConfig, state: LeadershipState,
       break;
     case "grantFailed":
       s.pending({ grant: false });
-      s.set({ nextGrantAtMs: s.nowMs + config.retryMs, etcdReachable: false });
+      s.set({ nextGrantAtMs: s.nowMs + config.retryMs });
+      s.reached(false);
       break;
     case "renewed":
       renewed(s, input.id, input.ttlMs, input.sentAtMs);
@@ -177,15 +215,17 @@ export function leadershipStep(config: LeadershipConfig, state: LeadershipState,
     case "renewFailed":
       if (s.state.lease?.id === input.id) {
         s.pending({ renew: false });
-        s.set({ nextRenewAtMs: s.nowMs + config.retryMs, etcdReachable: false });
+        s.set({ nextRenewAtMs: s.nowMs + config.retryMs });
+        s.reached(false);
       }
       break;
     case "looked":
-      looked(s, input.leaseId, input.leader);
+      looked(s, input.leaseId, input.leader, input.configAgrees !== false);
       break;
     case "lookFailed":
       s.pending({ look: false });
-      s.set({ nextLookAtMs: s.nowMs + config.retryMs, etcdReachable: false });
+      s.set({ nextLookAtMs: s.nowMs + config.retryMs });
+      s.reached(false);
       break;
     case "campaigned":
       campaigned(s, input.won);
@@ -193,7 +233,8 @@ export function leadershipStep(config: LeadershipConfig, state: LeadershipState,
     case "campaignFailed":
       // It may have committed: the next look tells.
       s.pending({ campaign: false });
-      if (s.state.phase === "campaigning") s.set({ phase: "standby", nextLookAtMs: s.nowMs, etcdReachable: false });
+      s.reached(false);
+      if (s.state.phase === "campaigning") s.set({ phase: "standby", nextLookAtMs: s.nowMs });
       break;
     case "stale":
       if (s.state.phase === "active") stepDown(s, "stale", input.reason);
@@ -251,7 +292,7 @@ function stop(s: Step): void {
 
 function granted(s: Step, id: string, ttlMs: number, sentAtMs: number): void {
   s.pending({ grant: false });
-  s.set({ etcdReachable: true });
+  s.reached(true);
   if (s.state.phase !== "idle" || s.state.lease !== null) {
     s.emit({ kind: "revoke", id }); // not asked for any more
     return;
@@ -266,7 +307,7 @@ function renewed(s: Step, id: string, ttlMs: number, sentAtMs: number): void {
   const lease = s.state.lease;
   if (lease === null || lease.id !== id) return; // an answer about a lease given up since
   s.pending({ renew: false });
-  s.set({ etcdReachable: true });
+  s.reached(true);
   if (ttlMs <= 0) {
     if (s.state.phase === "active") stepDown(s, "lease-lost", `etcd no longer knows lease ${id}; another gateway may lead`);
     else giveUpLease(s);
@@ -276,9 +317,10 @@ function renewed(s: Step, id: string, ttlMs: number, sentAtMs: number): void {
   s.set({ lease: { ...lease, validUntilMs: Math.max(lease.validUntilMs, sentAtMs + ttl) }, nextRenewAtMs: sentAtMs + s.config.renewEveryMs });
 }
 
-function looked(s: Step, leaseId: string, leader: "none" | "other" | { readonly mine: Term }): void {
+function looked(s: Step, leaseId: string, leader: "none" | "other" | { readonly mine: Term }, configAgrees: boolean): void {
   s.pending({ look: false });
-  s.set({ etcdReachable: true, nextLookAtMs: s.nowMs + (s.state.phase === "active" ? s.config.renewEveryMs : s.config.lookEveryMs) });
+  s.reached(true);
+  s.set({ nextLookAtMs: s.nowMs + (s.state.phase === "active" ? s.config.renewEveryMs : s.config.lookEveryMs) });
   // "mine" was judged against the lease the look named: about a lease given up since, it says nothing.
   if (s.state.lease?.id !== leaseId) return;
   if (s.state.phase === "active") {
@@ -290,6 +332,8 @@ function looked(s: Step, leaseId: string, leader: "none" | "other" | { readonly 
   }
   if (s.state.phase !== "standby" || !usable(s)) return;
   if (leader === "none") {
+    // After a failover it would serve the same controllers differently (another safe value, range, actuator).
+    if (!configAgrees) return;
     s.set({ phase: "campaigning" });
     s.pending({ campaign: true });
     s.emit({ kind: "campaign", leaseId: s.state.lease!.id });
@@ -300,7 +344,7 @@ function looked(s: Step, leaseId: string, leader: "none" | "other" | { readonly 
 
 function campaigned(s: Step, won: Term | null): void {
   s.pending({ campaign: false });
-  s.set({ etcdReachable: true });
+  s.reached(true);
   if (s.state.phase !== "campaigning") return;
   if (won === null) {
     s.set({ phase: "standby", nextLookAtMs: s.nowMs + s.config.lookEveryMs });

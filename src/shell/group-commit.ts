@@ -7,7 +7,10 @@ export interface AuditBounds {
   readonly lagMs: number;
   /** This many audit records waiting start a commit at once. */
   readonly lagRecords: number;
-  /** Records waiting (not yet durable) at which new commands are refused (see {@link GroupCommitter.saturated}). */
+  /**
+   * Records waiting (not yet durable) at which new commands are refused (see
+   * {@link GroupCommitter.saturatedFor}); each actuator's share of it is the limit for its own.
+   */
   readonly queueLimit: number;
   /** A commit not durable this long after it was sent is a stalled disk: fatal. */
   readonly stallMs: number;
@@ -27,6 +30,8 @@ export interface GroupCommitOptions {
    * how its failure stops the daemon (fail-stop: nothing more is decided).
    */
   readonly onFailure?: ((err: unknown) => void) | undefined;
+  /** The actuators sharing the audit queue: each may hold queueLimit / actuators of it (default 1). */
+  readonly actuators?: number | undefined;
 }
 
 /** A commit sent to the journal has not come back within `stallMs`. */
@@ -117,6 +122,8 @@ export class GroupCommitter {
   private handedRecords = 0;
   private durableRecords = 0;
   private durableWaiters: { readonly upTo: number; readonly resolve: () => void }[] = [];
+  /** Per actuator, its records handed over and not yet durable (waiting or in flight). */
+  private readonly undurable = new Map<string, number>();
   /** Figures for metrics and benchmarks. */
   commits = 0;
   entriesCommitted = 0;
@@ -157,6 +164,7 @@ export class GroupCommitter {
   private enqueue(waiter: Waiter): void {
     if (this.waiting.length === 0) this.waitingSinceMs = this.clock.monotonicMs();
     this.waiting.push(waiter);
+    this.count(waiter.entries, 1);
     this.waitingRecords += waiter.entries.length;
     this.handedRecords += waiter.entries.length;
   }
@@ -180,6 +188,43 @@ export class GroupCommitter {
    */
   get saturated(): boolean {
     return this.waitingRecords + (this.inFlight ? this.inFlightRecords : 0) >= this.bounds.queueLimit;
+  }
+
+  /**
+   * Whether `actuator`'s next command is refused: the queue is full, or this actuator holds
+   * its share of it already. A controller flooding one actuator on a slow disk fills its own
+   * share and is refused first; the other actuators' commands go on (docs/deploy.md, the
+   * audit trail).
+   */
+  saturatedFor(actuator: string): boolean {
+    return this.saturated || (this.undurable.get(actuator) ?? 0) >= this.share;
+  }
+
+  /** The records one actuator may have not yet durable: an equal share of queueLimit, at least one. */
+  get share(): number {
+    return Math.max(1, Math.floor(this.bounds.queueLimit / Math.max(1, this.options.actuators ?? 1)));
+  }
+
+  /** Why commands are refused now (the queue full, or actuators at their share), for /healthz; null when none is. */
+  saturation(): string | null {
+    const { records } = this.backlog();
+    if (this.saturated) return `the journal is ${records} records behind (journal.auditQueueLimit ${this.bounds.queueLimit}): the disk is slower than the commands, and every command is refused (OVERLOADED) until it catches up`;
+    const full = [...this.undurable].filter(([, n]) => n >= this.share).map(([actuator]) => actuator);
+    if (full.length === 0) return null;
+    return `the journal is ${records} records behind: ${full.sort().join(", ")} ${full.length === 1 ? "holds its" : "hold their"} share of journal.auditQueueLimit (${this.share} records each), and ${full.length === 1 ? "its" : "their"} commands are refused (OVERLOADED) until the disk catches up`;
+  }
+
+  /** Records not yet durable of `actuator` (its use of its share). */
+  backlogOf(actuator: string): number {
+    return this.undurable.get(actuator) ?? 0;
+  }
+
+  private count(entries: readonly JournalEntry[], delta: 1 | -1): void {
+    for (const { actuator } of entries) {
+      const n = (this.undurable.get(actuator) ?? 0) + delta;
+      if (n === 0) this.undurable.delete(actuator);
+      else this.undurable.set(actuator, n);
+    }
   }
 
   /** Records handed over and not yet durable, and when the oldest of them was handed over (monotonic ms; null: none). */
@@ -315,6 +360,7 @@ export class GroupCommitter {
     this.commits++;
     this.entriesCommitted += entries.length;
     this.durableRecords += entries.length;
+    this.count(entries, -1);
     this.options.onDurable?.(entries);
     for (const w of batch) w.resolve();
     while (this.durableWaiters.length > 0 && this.durableWaiters[0]!.upTo <= this.durableRecords) this.durableWaiters.shift()!.resolve();

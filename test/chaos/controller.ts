@@ -16,7 +16,7 @@
  */
 import { closeSync, openSync, writeSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError, type Lease } from "../../src/client/index.ts";
+import { FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError, type Lease } from "fencegate-client";
 import { monoMs, positionFor } from "./history.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

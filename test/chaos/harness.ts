@@ -21,7 +21,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:f
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
-import { sendControl } from "../../firmware-bridge/src/simulator.ts";
+import { sendControl, type ControlCommand } from "../../firmware-bridge/src/simulator.ts";
 import { bundleCli } from "../support/bundle.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
@@ -147,12 +147,28 @@ async function stopChild(child: ChildProcess, exited: Promise<unknown>, graceMs 
   clearTimeout(timer);
 }
 
+/**
+ * One request on the simulator's control socket. A failure there ends the run; it says whether
+ * the simulator process is still running and what it last wrote, so that the run's output
+ * shows why (a "read ECONNRESET" alone means only that the simulator closed the connection
+ * with the request unread, which a process exiting does).
+ */
+async function simControl(control: string, sim: SimProcess, cmd: ControlCommand): Promise<Record<string, unknown>> {
+  try {
+    return await sendControl(control, cmd);
+  } catch (err) {
+    const { exitCode, signalCode } = sim.child;
+    const state = exitCode === null && signalCode === null ? "still runs" : `exited (${exitCode ?? signalCode})`;
+    throw new Error(`simulator control request ${cmd.op} failed: ${(err as Error).message}; the simulator (pid ${sim.child.pid}) ${state}; its stderr: ${sim.stderr.slice(-1000) || "-"}`, { cause: err });
+  }
+}
+
 /** The device's applied log, moved onto CLOCK_MONOTONIC with the best of a few clock probes. */
-async function readDevice(control: string, simLife: number): Promise<DeviceEntry[]> {
+async function readDevice(control: string, sim: SimProcess, simLife: number): Promise<DeviceEntry[]> {
   let best: { offset: number; err: number; applied: { token: number; seq: number; setpoints: { position: number }; at: number }[] } | null = null;
   for (let i = 0; i < 3; i++) {
     const t0 = monoMs();
-    const answer = (await sendControl(control, { op: "device", unit: 1 })) as { now: number; device: { applied: never[] } };
+    const answer = (await simControl(control, sim, { op: "device", unit: 1 })) as { now: number; device: { applied: never[] } };
     const t1 = monoMs();
     const err = (t1 - t0) / 2;
     if (!best || err < best.err) best = { offset: (t0 + t1) / 2 - answer.now, err, applied: answer.device.applied };
@@ -291,7 +307,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await pty!.close(); // the cable is pulled
       await sleep(between(50, 400));
       // The simulator's applied log lives in its RAM: take it before the process goes.
-      device.push(...(await readDevice(control, counts.simLives)));
+      device.push(...(await readDevice(control, sim!, counts.simLives)));
       await stopChild(sim!.child, sim!.exited);
       rmSync(join(ptyDir, "device"), { force: true });
       rmSync(join(ptyDir, "master"), { force: true });
@@ -314,7 +330,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
           return cutLink();
         case "power":
           counts.powerCycles++;
-          await sendControl(control, { op: "powerCycle" });
+          await simControl(control, sim!, { op: "powerCycle" });
           return;
         case "restart":
           return restartController();
@@ -349,7 +365,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     await sleep(Math.max(1000, ttlMs * 2));
     await stopControllers(controllers);
     lives.push(daemonLife(life.d, life.startMono, null));
-    device.push(...(await readDevice(control, counts.simLives)));
+    device.push(...(await readDevice(control, sim!, counts.simLives)));
   } finally {
     for (const c of controllers) {
       c.child.kill("SIGCONT");

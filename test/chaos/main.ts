@@ -33,7 +33,7 @@ const OPTIONS = {
   quiet: { type: "boolean", default: false },
   group: { type: "boolean", default: false },
   faults: { type: "string", default: "60" },
-  "lease-ttl-ms": { type: "string", default: "2000" },
+  "lease-ttl-ms": { type: "string", default: "3000" },
   help: { type: "boolean", default: false },
 } as const;
 

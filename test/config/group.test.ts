@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { describe, expect, it } from "vitest";
-import { loadConfigFile, parseConfig } from "../../src/config/index.ts";
+import { loadConfigFile } from "../../src/config/load.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { minimalConfig } from "./fixture.ts";
 import { fileProblemsOf, onlyProblem, pathsOf } from "./helpers.ts";
 
@@ -23,7 +24,7 @@ describe("gateway group settings", () => {
   });
 
   it("take defaults for the lease, the margin and the request timeout", () => {
-    expect(parseConfig(grouped(GROUP)).group).toEqual({ ...GROUP, allowCleartextCredentials: false, leaseTtlMs: 5000, selfFenceMarginMs: 1000, requestTimeoutMs: 1000, acceptPlainDevices: false });
+    expect(parseConfig(grouped(GROUP)).group).toEqual({ ...GROUP, allowCleartextCredentials: false, leaseTtlMs: 7000, selfFenceMarginMs: 1000, requestTimeoutMs: 1000, etcdElectionTimeoutMs: 1000, acceptPlainDevices: false });
   });
 
   it("refuse a plain device in a group, saying why and how to accept it", () => {
@@ -72,12 +73,24 @@ describe("gateway group settings", () => {
   it("take the lease TTL in whole seconds from 2 to 60", () => {
     expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 2500, requestTimeoutMs: 500 })).message).toMatch(/whole seconds/);
     expect(pathsOf(grouped({ ...GROUP, leaseTtlMs: 1000, selfFenceMarginMs: 100, requestTimeoutMs: 100 }))).toEqual(["group.leaseTtlMs"]);
-    expect(parseConfig(grouped({ ...GROUP, leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500 })).group?.leaseTtlMs).toBe(2000);
+    expect(parseConfig(grouped({ ...GROUP, leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: 100 })).group?.leaseTtlMs).toBe(2000);
   });
 
   it("keep the margin at most half the TTL and the request timeout at most a third", () => {
     expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 4000, selfFenceMarginMs: 2500 })).path).toBe("group.selfFenceMarginMs");
     expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 3000, requestTimeoutMs: 1500 })).path).toBe("group.requestTimeoutMs");
+  });
+
+  it("refuse a lease that a hung etcd leader's election would outlast, naming every setting in the sum and the TTL that fits", () => {
+    // 5000 - 1000 - 1666 = 2334 ms, not more than 2 x 1000 + 1000: the settings the docs once recommended.
+    expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 5000 }))).toEqual({
+      path: "group.leaseTtlMs",
+      message:
+        "leaseTtlMs 5000 - selfFenceMarginMs 1000 - the renewal period 1666 (a third of the TTL) = 2334 ms must be more than 2 x etcdElectionTimeoutMs 1000 + requestTimeoutMs 1000 = 3000 ms: otherwise an etcd leader that hangs (a frozen VM, a partition) makes the active gateway step down before etcd has elected another. Set etcdElectionTimeoutMs to the members' --election-timeout, then raise leaseTtlMs to 7000 or more (docs/gateway-group.md, \"When etcd is in trouble\").",
+    });
+    expect(onlyProblem(grouped({ ...GROUP, etcdElectionTimeoutMs: 2000 })).message).toMatch(/raise leaseTtlMs to 10000 or more/);
+    expect(parseConfig(grouped({ ...GROUP, leaseTtlMs: 10_000, etcdElectionTimeoutMs: 2000 })).group?.leaseTtlMs).toBe(10_000);
+    expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 60_000, selfFenceMarginMs: 1000, requestTimeoutMs: 10_000, etcdElectionTimeoutMs: 20_000 })).message).toMatch(/then lower requestTimeoutMs or etcdElectionTimeoutMs/);
   });
 
   it("refuse TLS settings with http:// endpoints", () => {

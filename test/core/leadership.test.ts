@@ -5,6 +5,7 @@
 import { describe, expect, it } from "vitest";
 import {
   INITIAL_LEADERSHIP,
+  etcdOutOfReach,
   leadershipConfig,
   leadershipStep,
   leadershipWakeMs,
@@ -285,5 +286,59 @@ describe("retries", () => {
     m.feed({ type: "looked", leaseId: "L1", leader: "other" });
     m.nowMs = 7000;
     expect(m.feed({ type: "tick" })).toEqual([{ kind: "revoke", id: "L1" }, { kind: "grant", ttlMs: 6000 }]);
+  });
+});
+
+describe("out of reach of etcd", () => {
+  it("counts from the start until etcd first answers, and is out of reach only past one lease TTL", () => {
+    const m = new Member();
+    m.feed({ type: "start" });
+    m.nowMs = 1400;
+    m.feed({ type: "grantFailed" });
+    m.nowMs = 7000; // exactly one TTL after the start
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(false);
+    m.nowMs = 7001;
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(true);
+    m.feed({ type: "granted", id: "L1", ttlMs: 6000, sentAtMs: 7001 });
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(false);
+  });
+
+  it("counts from the first failed request after an answer, not from each retry; any answer ends it", () => {
+    const m = new Member();
+    m.activate();
+    m.nowMs = 3000;
+    m.feed({ type: "tick" });
+    m.nowMs = 3400;
+    m.feed({ type: "renewFailed", id: "L1" });
+    m.nowMs = 3650;
+    m.feed({ type: "lookFailed" });
+    m.nowMs = 9400;
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(false); // stepped down, still within a TTL of the first failure
+    m.feed({ type: "grantFailed" });
+    m.nowMs = 9401;
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(true);
+    m.feed({ type: "granted", id: "L2", ttlMs: 6000, sentAtMs: 9401 });
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(false);
+  });
+
+  it("a stopped member is not reported out of reach", () => {
+    const m = new Member();
+    m.feed({ type: "start" });
+    m.feed({ type: "stop" });
+    m.nowMs = 60_000;
+    expect(etcdOutOfReach(CONFIG, m.state, m.nowMs)).toBe(false);
+  });
+});
+
+describe("members configured differently", () => {
+  it("a standby whose actuators differ from another member's does not campaign for a free leader key; once they agree it does", () => {
+    const m = new Member();
+    m.feed({ type: "start" });
+    m.feed({ type: "granted", id: "L1", ttlMs: 6000, sentAtMs: 1000 });
+    expect(m.feed({ type: "looked", leaseId: "L1", leader: "none", configAgrees: false })).toEqual([]);
+    expect(m.state.phase).toBe("standby");
+    m.nowMs += CONFIG.lookEveryMs;
+    expect(m.feed({ type: "tick" })).toEqual([{ kind: "look", leaseId: "L1" }]);
+    expect(m.feed({ type: "looked", leaseId: "L1", leader: "none", configAgrees: true })).toEqual([{ kind: "campaign", leaseId: "L1" }]);
   });
 });

@@ -78,10 +78,13 @@ describe("gateway group failover", () => {
     expect(await command(t1, 30)).toMatchObject({ ok: true, outcome: "applied" });
 
     // The old gateway's next write gets stuck on its way (a converter's buffer, a switch):
-    // it passed every check of the old gateway, which is then paused.
+    // it passed every check of the old gateway, which is then paused. A poll's read is stuck
+    // first, every time (polls come every second): the write waits for it on the bus.
     group.links[a]!.hold();
+    await until(() => group.links[a]!.heldBytes > 0, { timeoutMs: 5000, what: "the old gateway's poll held in its link" });
     const staleReply = command(t1, 31).catch((err: unknown) => ({ ok: false, error: { code: "NO_REPLY", message: String(err) } }));
-    await until(() => group.links[a]!.heldBytes > 0, { timeoutMs: 5000, what: "the old gateway's write held in its link" });
+    // Its write, not the read: paused before sending it, the gateway leaves nothing to refuse.
+    await until(() => group.links[a]!.heldWrites > 0, { timeoutMs: 5000, what: "the old gateway's write held in its link" });
     old.child.kill("SIGSTOP");
 
     await group.waitActive(group.leaseTtlMs + 5000, [b]);

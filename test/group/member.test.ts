@@ -12,7 +12,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EtcdClient } from "../../src/adapters/etcd/client.ts";
 import { EtcdGroupMember, etcdClientFor } from "../../src/adapters/etcd/member.ts";
-import { parseConfig } from "../../src/config/index.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { leadershipConfig, type StepDownReason } from "../../src/core/leadership.ts";
 import { realClock, realScheduler } from "../../src/daemon.ts";
 import { checkGroup } from "../../src/doctor/checks.ts";
@@ -83,7 +83,7 @@ describe("group member on a 1-member etcd", () => {
   const client = () => new EtcdClient({ endpoints: etcd.endpoints, requestTimeoutMs: 1000 });
 
   beforeAll(async () => {
-    etcd = await startEtcd();
+    etcd = await startEtcd({ electionTimeoutMs: 100 }); // one member: no election after its first
   });
   afterAll(async () => {
     for (const p of probes) {
@@ -176,12 +176,12 @@ describe("group member on a 1-member etcd", () => {
 
   it("fencegate doctor names who leads the group", async () => {
     const group = nextGroup();
-    const config = (name: string) => parseConfig({ ...DOCTOR_BASE, group: { name, endpoints: etcd.endpoints, leaseTtlMs: 3000, selfFenceMarginMs: 500 } }).group!;
-    expect(await checkGroup(config(group))).toMatchObject({ status: "ok", message: `etcd answers at ${etcd.endpoints.join(", ")}; group ${group} is led by nobody yet.` });
+    const config = (name: string) => parseConfig({ ...DOCTOR_BASE, group: { name, endpoints: etcd.endpoints, leaseTtlMs: 3000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: etcd.electionTimeoutMs } }).group!;
+    expect(await checkGroup(config(group))).toMatchObject({ status: "ok", message: `etcd answers at ${etcd.endpoints.join(", ")}; group ${group} is led by nobody yet. A hung etcd leader is ridden out with 800 ms to spare if the members' --election-timeout is 100 ms (group.etcdElectionTimeoutMs).` });
     const a = make(client(), "gw-a", group);
     a.member.start();
     await until("a active", () => a.member.phase === "active");
-    expect((await checkGroup(config(group))).message).toMatch(/is led by gw-a\.$/);
+    expect((await checkGroup(config(group))).message).toMatch(/is led by gw-a\. A hung etcd leader/);
   });
 
   it("a grant whose first etcd answer was lost, retried on another endpoint, counts as committed (the retry finds its own token)", async () => {
@@ -250,7 +250,7 @@ describe("group member with etcd over TLS, client certificates and a password", 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "fencegate-etcd-pki-"));
     pki = makePki(dir);
-    etcd = await startEtcd({ tls: { caFile: pki.caFile, certFile: pki.peer.certFile, keyFile: pki.peer.keyFile, client: pki.anonymousClient }, rootPassword: "s3cret" });
+    etcd = await startEtcd({ tls: { caFile: pki.caFile, certFile: pki.peer.certFile, keyFile: pki.peer.keyFile, client: pki.anonymousClient }, rootPassword: "s3cret", electionTimeoutMs: 100 });
   });
   afterAll(async () => {
     await etcd?.stop();
@@ -260,7 +260,7 @@ describe("group member with etcd over TLS, client certificates and a password", 
   const groupConfig = (password: string) =>
     parseConfig({
       ...DOCTOR_BASE,
-      group: { name: "tls", endpoints: etcd.endpoints, tls: { caFile: pki.caFile, ...pki.anonymousClient }, username: "root", password, leaseTtlMs: 3000, selfFenceMarginMs: 500 },
+      group: { name: "tls", endpoints: etcd.endpoints, tls: { caFile: pki.caFile, ...pki.anonymousClient }, username: "root", password, leaseTtlMs: 3000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: etcd.electionTimeoutMs },
     }).group!;
 
   it("campaigns and commits tokens as a user, over TLS with a client certificate", async () => {
@@ -307,25 +307,35 @@ describe("group member with etcd over TLS, client certificates and a password", 
 describe("group member on a 3-member etcd", () => {
   let etcd: EtcdCluster;
   beforeAll(async () => {
-    etcd = await startEtcd({ members: 3 });
+    // An election timeout the member's settings ride out (TTL 3 s, margin 0.5 s, requests 0.6 s;
+    // src/config/schema.ts): killing the etcd leader moves leadership without a step-down.
+    etcd = await startEtcd({ members: 3, electionTimeoutMs: 300 });
   });
   afterAll(async () => {
     await etcd?.stop();
   });
 
-  it("keeps leading and committing with one member killed; with the quorum lost it commits nothing and stops driving devices before its lease can expire", async () => {
-    const p = member(new EtcdClient({ endpoints: etcd.endpoints, requestTimeoutMs: 600 }), "gw-a", "three", 3000, 500);
+  it("keeps leading and committing with the etcd follower its client uses killed; with the quorum lost it commits nothing and stops driving devices before its lease can expire", async () => {
+    // The member killed first is a follower: killing etcd's leader would add an election
+    // (a randomized 1-2 s election timeout, more under load) during which no write commits.
+    let raftLeader: number | null = null;
+    for (const end = performance.now() + 10_000; raftLeader === null && performance.now() < end; ) raftLeader = await etcd.leader();
+    expect(raftLeader).not.toBeNull();
+    const [follower, other] = [0, 1, 2].filter((i) => i !== raftLeader) as [number, number];
+    // The follower's endpoint first: the client is talking to it when it dies.
+    const endpoints = [follower, other, raftLeader!].map((i) => etcd.endpoints[i]!);
+    const p = member(new EtcdClient({ endpoints, requestTimeoutMs: 600 }), "gw-a", "three", 3000, 500);
     try {
       p.member.start();
       await until("active", () => p.member.phase === "active");
       expect(await p.member.commitGrant("valve-1", 1)).toEqual({ ok: true });
 
-      await etcd.kill(0);
+      await etcd.kill(follower);
       await sleep(1500); // renewals across the loss: the client moves to the other members
       expect(p.member.phase).toBe("active");
       expect(await p.member.commitGrant("valve-1", 2)).toEqual({ ok: true });
 
-      await etcd.kill(1); // one of three left: no quorum
+      await etcd.kill(other); // one of three left: no quorum
       const lostAt = performance.now();
       // Whether the member may drive devices is read from its clock whenever asked: sampling
       // it late (a loaded machine) can only see the window closed earlier, never later.
@@ -340,11 +350,11 @@ describe("group member on a 3-member etcd", () => {
       expect(p.deactivations[0]!.reason).toBe("renewal-overdue");
       // The window closes TTL - margin after the last confirmed renewal was sent. etcd's leader
       // renews leases without a round of consensus, and keeps doing so until it notices its
-      // quorum is gone (about an election timeout, 1 s; 1.5 s allowed).
+      // quorum is gone (about an election timeout, 0.3 s; 1.5 s allowed).
       expect(lastMayDriveAt - lostAt).toBeLessThanOrEqual(3000 - 500 + 1500);
       expect(p.member.mayDriveDevices()).toBe(false);
 
-      await etcd.restart(1); // quorum back: it campaigns again and leads
+      await etcd.restart(other); // quorum back: it campaigns again and leads
       await until("active again", () => p.member.phase === "active", 15_000);
       // The commit of 3 timed out, its outcome unknown: etcd may still apply it once its quorum
       // is back. Either way token 3 was never handed out (the grant was refused), and the next

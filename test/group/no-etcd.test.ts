@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseConfig } from "../../src/config/index.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { checkGroup } from "../../src/doctor/checks.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
@@ -40,11 +40,11 @@ describe("a group member without etcd", () => {
     daemon = DaemonProcess.start(dir, {
       ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "journal.db"), buses: { plc: { type: "tcp", host: "127.0.0.1", port: devicePort } }, actuators: [valve("valve-1", "plc", 1)] }),
       gatewayId: "gw-a",
-      group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500 },
+      group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: 100 },
     });
     await watcher.waitFor((m) => m.payload === "standby", { timeoutMs: 15_000, what: "status standby" });
     const first = await daemon.waitForLog((l) => l.msg === "etcd lease grant failed; retrying" && l.level === 40, 10_000, "the grant failure");
-    expect(String(first.err)).toContain(`127.0.0.1:${etcdPort}`);
+    expect(first.err.message).toContain(`127.0.0.1:${etcdPort}`);
     await new Promise((r) => setTimeout(r, 2000)); // several retries
     expect(daemon.logs.filter((l) => l.msg === "etcd lease grant failed; retrying").length).toBeGreaterThan(3);
     expect(daemon.logs.filter((l) => l.msg === "etcd lease grant failed; retrying" && l.level === 40)).toHaveLength(1);

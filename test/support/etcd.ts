@@ -26,6 +26,8 @@ export interface EtcdOptions {
   readonly tls?: EtcdTls;
   /** Turn on etcd authentication with this root password (after the cluster is up). */
   readonly rootPassword?: string;
+  /** The members' --election-timeout (default etcd's, 1000); the heartbeat is a tenth of it. */
+  readonly electionTimeoutMs?: number;
 }
 
 export interface EtcdMember {
@@ -41,10 +43,17 @@ export interface EtcdCluster {
   readonly members: readonly EtcdMember[];
   /** Every member's client URL, for the gateway's `group.endpoints`. */
   readonly endpoints: string[];
+  /** The members' --election-timeout: the gateway's `group.etcdElectionTimeoutMs`. */
+  readonly electionTimeoutMs: number;
   /** SIGKILL one member (a crash). */
   kill(index: number): Promise<void>;
   /** Starts a killed member again on its data dir and waits until it reports healthy. */
   restart(index: number): Promise<void>;
+  /**
+   * The index of the member every running member that answers names as the raft leader, or null
+   * while they do not agree on a running one (an election under way, or no quorum).
+   */
+  leader(): Promise<number | null>;
   /** POSTs a v3 JSON API request to the first running member; throws on a non-2xx answer. */
   call(path: string, body: unknown, token?: string): Promise<any>;
   /** Stops every member (SIGTERM, SIGKILL after a grace: the last member may linger) and removes the dir. */
@@ -75,6 +84,7 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
   const clientUrl = (m: Member) => `${scheme}://127.0.0.1:${m.clientPort}`;
   const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
   const token = `fencegate-test-${process.pid}-${Date.now()}`;
+  const electionTimeoutMs = options.electionTimeoutMs ?? 1000;
 
   const launch = (m: Member) => {
     const args = [
@@ -90,6 +100,8 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       "--logger", "zap",
       "--log-outputs", "stderr",
       "--log-level", "warn",
+      "--election-timeout", String(electionTimeoutMs),
+      "--heartbeat-interval", String(Math.max(10, Math.floor(electionTimeoutMs / 10))),
       ...(tls ? ["--cert-file", tls.certFile, "--key-file", tls.keyFile, "--trusted-ca-file", tls.caFile, "--client-cert-auth"] : []),
     ];
     const child = spawn("etcd", args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -162,6 +174,7 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       return members.map((m) => ({ name: m.name, clientUrl: clientUrl(m), running: m.child !== null, child: m.child }));
     },
     endpoints: members.map(clientUrl),
+    electionTimeoutMs,
     async kill(index) {
       await stopMember(members[index]!, "SIGKILL");
     },
@@ -170,6 +183,16 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       if (m.child !== null) throw new Error(`etcd ${m.name} is running`);
       launch(m);
       await healthy(m, 20_000);
+    },
+    async leader() {
+      const running = members.filter((m) => m.child !== null);
+      const statuses = await Promise.all(running.map((m) => request(m, "POST", "/v3/maintenance/status", {}).catch(() => null)));
+      const ids = statuses.map((s) => (s?.status === 200 ? String(s.json.header?.member_id ?? "") : ""));
+      // A member that does not answer (a SIGSTOPped leader) has no say.
+      const named = new Set(statuses.filter((s) => s?.status === 200).map((s) => String(s!.json.leader ?? "")));
+      const leaderId = named.size === 1 ? [...named][0]! : "";
+      const at = leaderId === "" ? -1 : ids.indexOf(leaderId);
+      return at === -1 ? null : members.indexOf(running[at]!);
     },
     async call(path, body, authToken) {
       const { status, json } = await request(firstRunning(), "POST", path, body, authToken);

@@ -12,6 +12,7 @@ import { bundleCli, type CliBundle } from "./bundle.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "./daemon.ts";
 import { startEtcd, type EtcdCluster, type EtcdOptions } from "./etcd.ts";
 import { startMosquitto, type Broker } from "./mosquitto.ts";
+import { freePort } from "./ports.ts";
 import { stopDaemon, type Teardown } from "./stack.ts";
 import { startTcpLink, type TcpLink } from "./tcp-link.ts";
 import { TopicWatcher, until } from "./watch.ts";
@@ -24,6 +25,8 @@ export interface GroupOptions {
   readonly etcd?: EtcdOptions;
   readonly leaseTtlMs?: number;
   readonly selfFenceMarginMs?: number;
+  /** One etcd request over all endpoints (default a third of the TTL, at most 500 ms). */
+  readonly requestTimeoutMs?: number;
   readonly sim?: Omit<SimulatorOptions, "tcp" | "serial">;
   /** Extra settings merged into each gateway's configuration. */
   readonly gateway?: Record<string, unknown>;
@@ -31,6 +34,8 @@ export interface GroupOptions {
   readonly etcdLinks?: boolean;
   /** The valve's profile (default fenced); plain means the group accepts plain devices. */
   readonly profile?: "fenced" | "plain";
+  /** Each gateway serves /healthz and the status page on a port of its own (`metricsPorts`). */
+  readonly metrics?: boolean;
 }
 
 export interface GroupStack {
@@ -44,8 +49,14 @@ export interface GroupStack {
   readonly etcdLinks: readonly TcpLink[];
   readonly daemons: (DaemonProcess | null)[];
   readonly leaseTtlMs: number;
-  /** Starts gateway `i` on its journal (again, after a kill). */
-  start(i: number): DaemonProcess;
+  /** Per gateway: its metrics port (with `metrics`), else empty. */
+  readonly metricsPorts: readonly number[];
+  /** Starts gateway `i` on its journal (again, after a kill), its configuration changed by `edit` if given. */
+  start(i: number, edit?: (config: Record<string, unknown>) => Record<string, unknown>): DaemonProcess;
+  /** Gateway `i`'s configuration file (written by its last start). */
+  configFile(i: number): string;
+  /** Gateway `i`'s configuration as `start` writes it (before any edit). */
+  configOf(i: number): Record<string, unknown>;
   /** Resolves with the index of the gateway that logs "serving as the group's active gateway" (after `since` lines of it). */
   waitActive(timeoutMs?: number, among?: readonly number[]): Promise<number>;
   /** The gateway's "serving" log line. */
@@ -80,7 +91,10 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     bundle = null;
   });
   const dir = teardown.add(mkdtempSync(join(tmpdir(), `fencegate-${options.name}-`)), (d) => rmSync(d, { recursive: true, force: true }));
-  const etcd = teardown.add(await startEtcd(options.etcd), (e) => e.stop());
+  // A single member never holds another election after its first: a short timeout makes
+  // its start quick and lets short lease TTLs fit (src/config/schema.ts, hangProblem).
+  const etcdOptions = { ...options.etcd, electionTimeoutMs: options.etcd?.electionTimeoutMs ?? ((options.etcd?.members ?? 1) === 1 ? 100 : 1000) };
+  const etcd = teardown.add(await startEtcd(etcdOptions), (e) => e.stop());
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
   const status = teardown.add(await TopicWatcher.connect(broker.url, GATEWAYS.map((_, i) => statusTopic(i))), (w) => w.close());
   const profile = options.profile ?? "fenced";
@@ -92,6 +106,8 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     const member = new URL(etcd.endpoints[0]!);
     for (let i = 0; i < GATEWAYS.length; i++) etcdLinks.push(teardown.add(await startTcpLink({ host: member.hostname, port: Number(member.port) }), (l) => l.close()));
   }
+  const metricsPorts: number[] = [];
+  if (options.metrics) for (let i = 0; i < GATEWAYS.length; i++) metricsPorts.push(await freePort());
   const leaseTtlMs = options.leaseTtlMs ?? 2000;
   const daemons: (DaemonProcess | null)[] = GATEWAYS.map(() => null);
   teardown.add(daemons, async (ds) => {
@@ -113,6 +129,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
         buses: { plc: { type: "tcp", host: "127.0.0.1", port: links[i]!.port, timeoutMs: 1000, reconnect: { minMs: 50, maxMs: 500 } } },
         actuators: [valve(VALVE, "plc", 1, profile)],
         mqtt: { keepaliveS: 5, reconnect: { minMs: 100, maxMs: 500 } },
+        ...(options.metrics ? { metricsPort: metricsPorts[i]! } : {}),
       }),
       gatewayId: id,
       group: {
@@ -120,7 +137,8 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
         endpoints: options.etcdLinks ? [`http://127.0.0.1:${etcdLinks[i]!.port}`] : etcd.endpoints,
         leaseTtlMs,
         selfFenceMarginMs: options.selfFenceMarginMs ?? 500,
-        requestTimeoutMs: Math.min(500, Math.floor(leaseTtlMs / 3)),
+        requestTimeoutMs: options.requestTimeoutMs ?? Math.min(500, Math.floor(leaseTtlMs / 3)),
+        etcdElectionTimeoutMs: etcd.electionTimeoutMs,
         ...(profile === "plain" ? { acceptPlainDevices: true } : {}),
       },
       ...options.gateway,
@@ -137,10 +155,15 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     status,
     daemons,
     leaseTtlMs,
-    start(i) {
-      const d = DaemonProcess.start(join(dir, GATEWAYS[i]!), config(i), { bin });
+    metricsPorts,
+    start(i, edit = (c) => c) {
+      const d = DaemonProcess.start(join(dir, GATEWAYS[i]!), edit(config(i)), { bin });
       daemons[i] = d;
       return d;
+    },
+    configOf: config,
+    configFile(i) {
+      return join(dir, GATEWAYS[i]!, "gateway.yaml");
     },
     servingLine(i) {
       return daemons[i]?.logs.findLast(isServing);

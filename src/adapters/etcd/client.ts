@@ -151,6 +151,17 @@ export class EtcdClient {
     return keyValue(kvs?.[0]);
   }
 
+  /** The keys under `prefix`, at most `limit` of them (the rest are not read). */
+  async list(prefix: string, limit: number): Promise<KeyValue[]> {
+    const end = prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+    const body = await this.call("/v3/kv/range", { key: b64(prefix), range_end: b64(end), limit: String(limit) });
+    return ((body.kvs as Record<string, unknown>[] | undefined) ?? []).map((kv) => keyValue(kv)!);
+  }
+
+  async put(key: string, value: string): Promise<void> {
+    await this.call("/v3/kv/put", { key: b64(key), value: b64(value) });
+  }
+
   async txn(compare: readonly Compare[], success: readonly Operation[], failure: readonly Operation[]): Promise<TxnResult> {
     const body = await this.call("/v3/kv/txn", { compare: compare.map(compareJson), success: success.map(operationJson), failure: failure.map(operationJson) });
     const responses = (body.responses as Record<string, unknown>[] | undefined) ?? [];

@@ -21,6 +21,7 @@ import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import {
   INITIAL_LEADERSHIP,
+  etcdOutOfReach,
   leadershipStep,
   leadershipWakeMs,
   mayDriveDevices,
@@ -34,6 +35,7 @@ import {
 } from "../../core/leadership.ts";
 import type { GroupConfig } from "../../config/schema.ts";
 import type { Clock, GrantCommit, GroupPort, Scheduler } from "../../shell/ports.ts";
+import { configDifferences, parsePublished, type PublishedConfig } from "./actuator-digest.ts";
 import { EtcdClient, EtcdError, type KeyValue } from "./client.ts";
 
 export interface GroupMemberOptions {
@@ -48,7 +50,12 @@ export interface GroupMemberOptions {
   readonly onActivate: (term: Term) => void;
   /** Called when device I/O must stop, synchronously, before anything else. */
   readonly onDeactivate: (reason: StepDownReason, detail: string) => void;
+  /** This gateway's actuator configuration, published for the other members and compared with theirs (none: not compared). */
+  readonly published?: PublishedConfig;
 }
+
+/** The most members' published configurations read: a group is two or three gateways. */
+const MAX_MEMBERS = 16;
 
 const TOKEN_DIGITS = 16; // 2^53-1 has 16 digits
 
@@ -67,7 +74,34 @@ export function leaderOf(kv: KeyValue | null): string {
   }
 }
 
-export function tokenText(token: number): string {
+/** Where a member publishes its actuator configuration (src/adapters/etcd/actuator-digest.ts). */
+function memberKeyOf(group: string, gatewayId: string): string {
+  return `/fencegate/${group}/members/${gatewayId}`;
+}
+
+/** How this member's actuators differ from other members', for the log, /healthz and the doctor; null when they do not. */
+export function differencesSentence(group: string, found: readonly { readonly gateway: string; readonly differences: readonly string[] }[]): string | null {
+  if (found.length === 0) return null;
+  const others = found.map((f) => f.gateway);
+  return (
+    `this gateway's actuators are configured differently from ${others.join(" and ")}'s, so it does not take over: ${found.flatMap((f) => f.differences).join("; ")}. ` +
+    `Give every member of group ${group} the same actuators; if ${others.join(" or ")} has left the group for good, remove what it published (etcdctl del ${memberKeyOf(group, others[0]!)}).`
+  );
+}
+
+/** The other members whose published actuator configuration differs from `mine`, and how. */
+export async function differingMembers(client: EtcdClient, group: string, mine: PublishedConfig): Promise<{ gateway: string; differences: string[] }[]> {
+  const differing: { gateway: string; differences: string[] }[] = [];
+  for (const kv of await client.list(`/fencegate/${group}/members/`, MAX_MEMBERS)) {
+    const other = parsePublished(kv.value);
+    if (other === null || other.gateway === mine.gateway) continue;
+    const differences = configDifferences(mine, other);
+    if (differences.length > 0) differing.push({ gateway: other.gateway, differences });
+  }
+  return differing;
+}
+
+function tokenText(token: number): string {
   return String(token).padStart(TOKEN_DIGITS, "0");
 }
 
@@ -88,6 +122,10 @@ export class EtcdGroupMember implements GroupPort {
   /** Per actuator, the last token a commit confirmed: a second commit of it is a view behind the group's, not a retry. */
   private readonly confirmedTokens = new Map<string, number>();
   private readonly prefix: string;
+  /** Whether this member's configuration is in etcd yet, and how the others' differ from it (as last read, and when). */
+  private published = false;
+  private differing: { gateway: string; differences: string[] }[] = [];
+  private membersReadAtMs = Number.NEGATIVE_INFINITY;
   /** What this process writes into the leader key: the gateway id and a per-process nonce. */
   readonly identity: string;
 
@@ -134,12 +172,61 @@ export class EtcdGroupMember implements GroupPort {
     return mayDriveDevices(this.options.config, this.state, this.options.clock.monotonicMs());
   }
 
+  /**
+   * Why this member cannot tell whether any gateway of the group serves (for /healthz and
+   * the status page), or null: it has not reached etcd for longer than a lease TTL.
+   */
+  etcdProblem(): string | null {
+    const { config, clock } = this.options;
+    const nowMs = clock.monotonicMs();
+    if (!etcdOutOfReach(config, this.state, nowMs)) return null;
+    const silentS = Math.round((nowMs - this.state.unreachableSinceMs!) / 1000);
+    const last = this.lastFailure === null ? "" : ` (last: ${this.lastFailure})`;
+    return `this gateway has not reached etcd for ${silentS} s, longer than the lease TTL (${config.ttlMs / 1000} s): it cannot serve or take over, and cannot tell whether another gateway of the group serves${last}; check etcd (etcdctl endpoint health --cluster) and this gateway's network to it`;
+  }
+
+  /** Why this member will not take over (its actuators differ from another member's), or null; not said while it is active. */
+  configProblem(): string | null {
+    return this.state.phase === "active" ? null : differencesSentence(this.options.group, this.differing);
+  }
+
+  /**
+   * Whether every other member's published actuator configuration matches this one's, read
+   * again when about to campaign (`now`), else at most once a renewal period. Publishes this
+   * member's own first.
+   */
+  private async membersAgree(now: boolean): Promise<boolean> {
+    const { published, client, config, clock, group, log } = this.options;
+    if (published === undefined) return true;
+    if (!now && clock.monotonicMs() - this.membersReadAtMs < config.renewEveryMs) return this.differing.length === 0;
+    if (!this.published) {
+      await client.put(memberKeyOf(group, published.gateway), JSON.stringify(published));
+      this.published = true;
+    }
+    const differing = await differingMembers(client, group, published);
+    this.membersReadAtMs = clock.monotonicMs();
+    const before = differencesSentence(group, this.differing);
+    const after = differencesSentence(group, differing);
+    this.differing = differing;
+    if (after !== null && after !== before) log.error({ code: "GROUP_CONFIG_DIFFERS", members: differing.map((d) => d.gateway) }, after);
+    if (after === null && before !== null) log.info("this gateway's actuators are configured as every other member's again; it may take over");
+    return differing.length === 0;
+  }
+
   /** A device or etcd showed that another gateway leads now. */
   stale(reason: string): void {
     this.dispatch({ type: "stale", reason });
   }
 
   /** The group's highest granted token for `actuator` (0: none yet). */
+  /** The group's highest granted token of each actuator it has granted on, up to `limit` of them. */
+  async groupTokens(limit: number): Promise<Map<string, number>> {
+    const tokenPrefix = this.tokenKey("");
+    const tokens = new Map<string, number>();
+    for (const kv of await this.options.client.list(tokenPrefix, limit)) tokens.set(kv.key.slice(tokenPrefix.length), tokenValue(kv));
+    return tokens;
+  }
+
   async readToken(actuator: string): Promise<number> {
     return tokenValue(await this.options.client.get(this.tokenKey(actuator)));
   }
@@ -215,7 +302,7 @@ export class EtcdGroupMember implements GroupPort {
         this.options.onActivate(effect.term);
         return;
       case "revoke":
-        void client.revokeLease(effect.id).catch((err: unknown) => log.debug({ lease: effect.id, err: String(err) }, "could not revoke etcd lease; it expires by itself"));
+        void client.revokeLease(effect.id).catch((err: unknown) => log.debug({ lease: effect.id, err }, "could not revoke etcd lease; it expires by itself"));
         return;
       case "grant": {
         const sentAtMs = clock.monotonicMs();
@@ -249,13 +336,18 @@ export class EtcdGroupMember implements GroupPort {
         return;
       }
       case "look":
-        void client.get(this.leaderKey).then(
-          (kv) => {
+        void (async () => {
+          const kv = await client.get(this.leaderKey);
+          const leader = this.classify(kv, effect.leaseId);
+          // Before a campaign, always read the others' configurations again.
+          return { kv, leader, configAgrees: await this.membersAgree(leader === "none" && this.state.phase === "standby") };
+        })().then(
+          ({ kv, leader, configAgrees }) => {
             this.noteLeader(kv);
-            this.dispatch({ type: "looked", leaseId: effect.leaseId, leader: this.classify(kv, effect.leaseId) });
+            this.dispatch({ type: "looked", leaseId: effect.leaseId, leader, configAgrees });
           },
           (err: unknown) => {
-            log.debug({ err: String(err) }, "could not read the leader key");
+            log.debug({ err }, "could not read the leader key");
             this.dispatch({ type: "lookFailed" });
           },
         );
@@ -282,7 +374,7 @@ export class EtcdGroupMember implements GroupPort {
     const text = `${what}: ${String(err)}`;
     const level = text === this.lastFailure ? "debug" : "warn";
     this.lastFailure = text;
-    this.options.log[level]({ ...fields, err: String(err) }, what);
+    this.options.log[level]({ ...fields, err }, what);
   }
 
   /** Logs who holds the leader key when that changes: what an operator looking at a standby wants to know. */
@@ -291,7 +383,7 @@ export class EtcdGroupMember implements GroupPort {
     if (holder === this.lastLeader) return;
     this.lastLeader = holder;
     if (holder === "this gateway") return; // said when it took over
-    this.options.log.info({ leader: holder }, holder === "nobody" ? "the group's leader key is free; campaigning" : "the group's leader key is held by another gateway; standing by");
+    this.options.log.info({ leader: holder }, holder === "nobody" ? (this.differing.length > 0 ? "the group's leader key is free; not taking over: this gateway's actuators are configured differently from another member's" : "the group's leader key is free; campaigning") : "the group's leader key is held by another gateway; standing by");
   }
 
   private classify(kv: KeyValue | null, leaseId: string): "none" | "other" | { mine: Term } {
