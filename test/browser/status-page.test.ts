@@ -22,6 +22,7 @@ const SCREENSHOT = resolve(import.meta.dirname, "../../docs/status-page.png");
 const teardown = new Teardown();
 let base: string;
 let page: Page;
+let context: BrowserContext;
 let a: TestController;
 let b: TestController;
 const requested: string[] = [];
@@ -52,7 +53,7 @@ beforeAll(async () => {
   a = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
   b = teardown.add(await TestController.connect(stack.broker.url, "line-b"), (c) => c.close());
   const profile = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-chromium-")), (d) => rmSync(d, { recursive: true, force: true }));
-  const context: BrowserContext = teardown.add(
+  context = teardown.add(
     await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1100, height: 900 } }),
     (c) => c.close(),
   );
@@ -102,8 +103,30 @@ describe("the status page in a browser", () => {
     await refused.first().waitFor({ timeout: 1000 });
     expect(await refused.first().textContent()).toMatch(new RegExp(`valve-1 refused STALE_TOKEN line-a t${old}/s6$`));
     await page.waitForFunction((sel) => document.querySelector(`${sel} .refusal`)?.textContent?.startsWith("STALE_TOKEN"), card("valve-1"));
+    expect(await text(`${card("valve-1")} .refusal`)).toMatch(new RegExp(`^STALE_TOKEN · line-a t${old}/s6 · \\d+(\\.\\d)? s ago$`));
     expect(await text(`${card("valve-1")} .token`)).toBe(String(newer));
     expect(await text(`${card("valve-1")} .accepted`)).toBe(`line-a t${old}/s5 position=50 → applied`);
+  });
+
+  it("shows how long the gateway has run as soon as it shows the gateway", async () => {
+    const fresh = await context.newPage();
+    try {
+      // Read at the first change of the gateway's id, in the same turn as the page drew it.
+      await fresh.addInitScript(() => {
+        document.addEventListener("DOMContentLoaded", () => {
+          const id = document.getElementById("gw-id")!;
+          new MutationObserver((_, observer) => {
+            observer.disconnect();
+            (window as unknown as { uptimeAtFirstDraw: string | null }).uptimeAtFirstDraw = document.getElementById("gw-uptime")!.textContent;
+          }).observe(id, { childList: true, characterData: true, subtree: true });
+        });
+      });
+      await fresh.goto(base);
+      const uptime = await fresh.waitForFunction(() => (window as unknown as { uptimeAtFirstDraw?: string }).uptimeAtFirstDraw);
+      expect(await uptime.jsonValue()).toMatch(/^\d+(\.\d)? (s|min|h|d)$/);
+    } finally {
+      await fresh.close();
+    }
   });
 
   it("filters the actuators by a counter", async () => {
@@ -135,6 +158,9 @@ describe("the status page in a browser", () => {
       ...[5, 4, 3, 2, 1].map((seq) => expect.stringMatching(new RegExp(`^line-a \\d+ ${seq} position=${seq * 10} applied$`))),
     ]);
     expect(await page.locator("#audit-rows tr td:first-child").first().textContent()).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$/);
+    // The times are the journal's (when it recorded each command), and the page says so.
+    expect(await text("#audit thead th:first-child")).toBe("recorded");
+    expect(await text("#audit-note")).toContain("Times are when the journal recorded each command");
     await page.fill("#audit-filter input[name=holder]", "line-a");
     await page.selectOption("#audit-filter select[name=outcome]", "applied");
     await page.click("#audit-filter button[type=submit]");

@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { loadConfigFile, parseConfig } from "../../src/config/index.ts";
+import { loadConfigFile } from "../../src/config/load.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { minimalConfig } from "./fixture.ts";
 import { fileProblemsOf, onlyProblem, pathsOf } from "./helpers.ts";
 

@@ -26,7 +26,7 @@ afterAll(() => teardown.run());
 /** The same configuration in a directory (and journal) of its own: a copied installation. */
 function copiedInstallation(): { dir: string; config: Record<string, unknown>; file: string } {
   const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-dup-copy-")), (d) => rmSync(d, { recursive: true, force: true }));
-  const config = { ...world.config, journal: { path: join(dir, "journal.db") } };
+  const config = { ...world.config, journal: { path: join(dir, "journal.db"), createIfMissing: true } };
   const file = join(dir, "gateway.yaml");
   writeFileSync(file, stringify(config));
   return { dir, config, file };

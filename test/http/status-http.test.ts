@@ -220,7 +220,7 @@ describe("status page event streams and credentials, in process", () => {
     const good = await stream(`http://127.0.0.1:${s.port}/api/events`);
     const stalled = net.connect(s.port, "127.0.0.1");
     await new Promise<void>((r) => stalled.once("connect", () => r()));
-    stalled.write("GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n");
+    stalled.write("GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     stalled.pause();
     await new Promise((r) => setTimeout(r, 50));
     expect(s.routes.streamCounts.open).toBe(2);

@@ -9,6 +9,8 @@ import {
   parseRequestTopic,
   replyTopic,
   requestSubscriptions,
+  actuatorRequestSubscriptions,
+  gatewayActuatorsTopic,
   responseTopicProblem,
   stateTopic,
   topicMatches,
@@ -64,8 +66,23 @@ describe("topic builders", () => {
     expect(gatewayStatusTopic("fencegate", "gw-1")).toBe("fencegate/gateway/gw-1/status");
   });
 
-  it("lists the request subscriptions", () => {
+  it("lists the request topics of any gateway", () => {
     expect(requestSubscriptions("fencegate")).toEqual(["fencegate/+/lease/+", "fencegate/+/command", "fencegate/+/read"]);
+  });
+
+  it("a gateway subscribes to its own actuators' request topics only, and announces them on its actuators topic", () => {
+    expect(actuatorRequestSubscriptions("site/fg", ["valve-1", "pump-2"])).toEqual([
+      "site/fg/valve-1/lease/+",
+      "site/fg/valve-1/command",
+      "site/fg/valve-1/read",
+      "site/fg/pump-2/lease/+",
+      "site/fg/pump-2/command",
+      "site/fg/pump-2/read",
+    ]);
+    const filters = actuatorRequestSubscriptions("fencegate", ["valve-1"]);
+    expect(filters.some((f) => topicMatches(f, "fencegate/valve-2/command"))).toBe(false);
+    expect(filters.some((f) => topicMatches(f, "fencegate/valve-1/lease/renew"))).toBe(true);
+    expect(gatewayActuatorsTopic("fencegate", "gw-1")).toBe("fencegate/gateway/gw-1/actuators");
   });
 });
 

@@ -3,7 +3,9 @@
  * for one particular packet: it forwards both ways, records what each connection sent
  * upstream, and drops a connection (both sides, the offending bytes unforwarded) the first
  * time its upstream bytes contain a given string. It can also hold everything both ways
- * and let it go later, in order: what a paused controller's link looks like from outside.
+ * and let it go later, in order: what a paused controller's link looks like from outside,
+ * from a moment of the test's choosing or right after a given request went through (a reply
+ * that is slow to come back).
  */
 import net from "node:net";
 
@@ -22,6 +24,8 @@ export interface TcpProxy {
   cutOnUpstream(needle: string): void;
   /** Forwards nothing, either way, on any connection: the bytes wait in the proxy. */
   hold(): void;
+  /** Holds (as {@link hold}) right after forwarding the upstream bytes that come to contain `needle`; once. */
+  holdAfterUpstream(needle: string): void;
   /** Delivers what waited, in order, and forwards again. */
   resume(): void;
   close(): Promise<void>;
@@ -31,6 +35,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   const connections: ProxiedConnection[] = [];
   const sockets = new Set<net.Socket>();
   let needle: string | null = null;
+  let holdNeedle: string | null = null;
   /** While held: the writes that wait, in the order they came. */
   let held: (() => void)[] | null = null;
   const forward = (write: () => void) => (held ? held.push(write) : write());
@@ -57,6 +62,10 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
         return;
       }
       forward(() => broker.write(chunk));
+      if (holdNeedle !== null && conn.upstream.includes(holdNeedle)) {
+        holdNeedle = null;
+        held ??= [];
+      }
     });
     broker.on("data", (chunk: Buffer) => forward(() => client.write(chunk)));
     client.on("end", () => broker.end());
@@ -73,6 +82,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     hold() {
       held ??= [];
+    },
+    holdAfterUpstream(s) {
+      holdNeedle = s;
     },
     resume() {
       const waiting = held ?? [];

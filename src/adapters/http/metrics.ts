@@ -6,6 +6,8 @@ import http from "node:http";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { CoreEvent } from "../../core/types.ts";
 import { challenge, isAuthorized, type HttpAuth } from "./auth.ts";
+import { limitConnections } from "./connections.ts";
+import { allowedHostNames, hostAllowed } from "./host-check.ts";
 import type { StatusRoutes } from "./status-routes.ts";
 
 export interface HealthSource {
@@ -35,10 +37,10 @@ export class GatewayMetrics {
     registers: [this.registry],
   });
   private readonly busUp = new Gauge({ name: "fencegate_bus_up", help: "1 while the bus (serial port or TCP link) is open.", labelNames: ["bus"] as const, registers: [this.registry] });
-  readonly unanswerable = new Counter({
-    name: "fencegate_requests_unanswerable_total",
-    help: "Requests dropped without a reply because neither id nor reply route could be read.",
-    labelNames: ["cause"] as const,
+  private readonly refusedAtDoor = new Counter({
+    name: "fencegate_requests_refused_at_door_total",
+    help: "Requests the MQTT link refused (OVERLOADED over a requester's budget, INVALID_REQUEST, RETAINED_REQUEST) or dropped unanswerable (TOO_LARGE, NOT_JSON, NO_ID, ...) before the core, by code: the core's refusals are in fencegate_decisions_total.",
+    labelNames: ["code"] as const,
     registers: [this.registry],
   });
 
@@ -102,6 +104,11 @@ export class GatewayMetrics {
     this.decisions.inc({ actuator, type: event.type, code: event.code ?? "" });
   }
 
+  /** Labelled by code only: the actuator level of a refused request's topic is the sender's to choose. */
+  onRefusedAtDoor(code: string): void {
+    this.refusedAtDoor.inc({ code });
+  }
+
   onTransaction(bus: string, seconds: number, result: string): void {
     this.transactionSeconds.observe({ bus, result }, seconds);
   }
@@ -116,12 +123,18 @@ export interface HttpOptions {
   readonly status?: StatusRoutes | null;
   /** Credentials every request must carry, or null (loopback only: the configuration enforces it). */
   readonly auth?: HttpAuth | null;
-  /** The most connections at once (event streams included); more wait in the kernel's backlog. */
+  /** The most connections at once (event streams included); beyond, the oldest idle one is closed (connections.ts). */
   readonly maxConnections?: number;
+  /** `Host` names answered besides IP addresses, loopback names and the listening host (metrics.hostNames): host-check.ts. */
+  readonly hostNames?: readonly string[];
 }
 
+/** From the connection (or, kept alive, a request's first byte) to the end of its headers, at most. */
+export const HEADERS_TIMEOUT_MS = 5_000;
+const CONNECTIONS_CHECK_MS = 1_000;
+
 /** Longer request targets are refused (414) before anything is parsed. */
-export const MAX_URL_CHARS = 2048;
+const MAX_URL_CHARS = 2048;
 
 /**
  * Serves /metrics, /healthz and, when given, the status page. Resolves once listening;
@@ -130,7 +143,17 @@ export const MAX_URL_CHARS = 2048;
  */
 export async function serveHttp(host: string, port: number, metrics: GatewayMetrics, health: HealthSource, options: HttpOptions = {}): Promise<http.Server> {
   const status = options.status ?? null;
-  const server = http.createServer((req, res) => {
+  const hostNames = allowedHostNames(host, options.hostNames ?? []);
+  // The headers timeout (from the connection to the end of the headers, a connection that
+  // sends nothing included) is checked every second, not every 30 s (Node's default): an
+  // idle connection held its place 30 to 40 s.
+  const server = http.createServer({ connectionsCheckingInterval: CONNECTIONS_CHECK_MS, headersTimeout: HEADERS_TIMEOUT_MS }, (req, res) => {
+    if (!hostAllowed(req.headers.host, hostNames)) {
+      res
+        .writeHead(421, { "content-type": "text/plain; charset=utf-8" })
+        .end("This gateway does not answer for that host name (DNS rebinding is refused): use its address, localhost, or a name listed in metrics.hostNames.\n");
+      return;
+    }
     if (req.method !== "GET") {
       res.writeHead(405, { allow: "GET" }).end();
       return;
@@ -163,12 +186,13 @@ export async function serveHttp(host: string, port: number, metrics: GatewayMetr
     if (status?.handle(req, res, url)) return;
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end(status ? "Not found: the status page is at /.\n" : "Not found: this port serves /metrics and /healthz.\n");
   });
-  // Slow or idle clients cannot hold sockets for long; event streams are long by design (they
-  // are bounded by count in status-routes.ts) and the request timeout does not apply to them.
-  server.headersTimeout = 10_000;
+  // Slow or idle clients cannot hold sockets for long, nor keep others out (connections.ts);
+  // event streams are long by design (they are bounded by count in status-routes.ts) and
+  // the request timeout does not apply to them.
   server.requestTimeout = 30_000;
   server.keepAliveTimeout = 5_000;
-  server.maxConnections = options.maxConnections ?? 256;
+  const maxConnections = options.maxConnections ?? 256;
+  limitConnections(server, { maxConnections, maxPerAddress: Math.max(1, Math.floor(maxConnections / 2)) });
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) => reject(listenError(host, port, err)));
     server.listen(port, host, () => resolve());

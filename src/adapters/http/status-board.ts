@@ -33,6 +33,18 @@ export interface GatewayFacts {
   journalProblem(): string | null;
   /** Why /healthz answers 503, or null while it answers 200. */
   healthProblem(): string | null;
+  /** In a gateway group: the member's phase, and why it cannot reach etcd (null while it can). */
+  group?(): { readonly phase: string; readonly etcdProblem: string | null };
+}
+
+/**
+ * What a group member that is not serving says on every card instead of the device's own
+ * problem: it does not drive the devices, so its view of them is not the group's.
+ */
+function groupNote(group: { readonly phase: string; readonly etcdProblem: string | null } | null): string | null {
+  if (group === null || group.phase === "active") return null;
+  if (group.etcdProblem !== null) return "cannot reach etcd: this gateway neither serves nor can take over, and cannot tell whether another gateway serves (see /healthz)";
+  return "stands by: the group's active gateway serves this actuator";
 }
 
 export interface ActuatorInfo {
@@ -300,6 +312,7 @@ export class StatusBoard {
       uptimeMs: nowMs - this.startedAtMs,
       broker: { connected: facts.brokerConnected() },
       health: { problem: facts.healthProblem() },
+      group: this.groupFact(),
       journal: {
         lastCommitAgeMs: this.lastDurableAtMs === null ? null : nowMs - this.lastDurableAtMs,
         auditLag: { records: lag.records, oldestMs: Math.round(lag.oldestMs), commits: lag.commits },
@@ -326,7 +339,7 @@ export class StatusBoard {
       expiry: info.expiry,
       gateway: a.gateway,
       online: a.online,
-      problem: a.problem,
+      problem: this.groupFact()?.note ?? a.problem,
       lastAnswerAgeMs: ageMs(nowMs, a.lastAnswerAtMs),
       rttMs: a.lastAnswerRttMs === null ? null : round1(a.lastAnswerRttMs),
       lease: a.lease && { holder: a.lease.holder, token: a.lease.token, expiresInMs: Math.max(0, a.lease.expiresAtMs - nowMs) },
@@ -340,6 +353,12 @@ export class StatusBoard {
       outcomeUnknownLastMinute: a.outcomeUnknown.totals(nowMs)["OUTCOME_UNKNOWN"] ?? 0,
       outcomeUnknownTotal: a.outcomeUnknownTotal,
     };
+  }
+
+  /** The member's phase and what its cards say, or null for a gateway on its own. */
+  private groupFact(): { phase: string; note: string | null } | null {
+    const group = this.options.facts.group?.() ?? null;
+    return group && { phase: group.phase, note: groupNote(group) };
   }
 
   /** Everything a page needs to draw itself. */
@@ -375,9 +394,6 @@ export class StatusBoard {
     for (const listener of this.listeners) listener(change);
   }
 }
-
-export type GatewayStatus = ReturnType<StatusBoard["gateway"]>;
-export type ActuatorStatus = NonNullable<ReturnType<StatusBoard["actuator"]>>;
 
 function ageMs(nowMs: number, atMs: number | null): number | null {
   return atMs === null ? null : Math.round(nowMs - atMs);

@@ -24,7 +24,7 @@ import { ID_PATTERN } from "../../config/schema.ts";
 import { FEED_LIMIT, type Decision, type StatusBoard } from "./status-board.ts";
 
 /** The largest page of the audit trail the page may ask for. */
-export const MAX_PAGE = 100;
+const MAX_PAGE = 100;
 const DEFAULT_PAGE = 25;
 const MAX_SINCE_CHARS = 40;
 
@@ -32,7 +32,7 @@ const MAX_SINCE_CHARS = 40;
  * Beside this code: src/adapters/http/status-page from the sources, dist/status-page from the
  * build (bin/build.mjs copies it there; the package ships no src/).
  */
-export const PAGE_DIR = join(import.meta.dirname, "status-page");
+const PAGE_DIR = join(import.meta.dirname, "status-page");
 
 export interface StatusRoutesOptions {
   readonly board: StatusBoard;
@@ -62,7 +62,7 @@ const SECURITY_HEADERS = {
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /** Reads the page's files once; throws with a sentence if the installation lacks them. */
-export function loadPageAssets(dir = PAGE_DIR): ReadonlyMap<string, Asset> {
+function loadPageAssets(dir = PAGE_DIR): ReadonlyMap<string, Asset> {
   const files: [path: string, file: string, type: string][] = [
     ["/", "index.html", "text/html; charset=utf-8"],
     ["/status.js", "status.js", "text/javascript; charset=utf-8"],
@@ -187,7 +187,7 @@ const AUDIT_PARAMS = z.strictObject({
 
 type AuditParams = { holder?: string | undefined; outcome?: (typeof OUTCOME_FILTERS)[number] | undefined; before?: number | undefined; sinceMs?: number | undefined; limit: number };
 
-export function parseAuditQuery(params: URLSearchParams): AuditParams | { problem: string } {
+function parseAuditQuery(params: URLSearchParams): AuditParams | { problem: string } {
   const raw: Record<string, string> = {};
   for (const [key, value] of params) {
     if (Object.hasOwn(raw, key)) return { problem: `${truncate(key)} is given twice; give each parameter once.` };
@@ -215,11 +215,11 @@ function truncate(s: string): string {
   return JSON.stringify(s.length > 40 ? `${s.slice(0, 40)}…` : s);
 }
 
-export function json(res: ServerResponse, status: number, body: unknown): void {
+function json(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store" }).end(JSON.stringify(body));
 }
 
-export function fail(res: ServerResponse, status: number, code: string, message: string): void {
+function fail(res: ServerResponse, status: number, code: string, message: string): void {
   json(res, status, { error: { code, message } });
 }
 

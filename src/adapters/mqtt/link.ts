@@ -5,7 +5,7 @@
  * - Clean session (v5: session expiry 0): a broker-queued backlog from an earlier session
  *   is never replayed into the actuators.
  * - TCP_NODELAY from the first byte: with Nagle and delayed ACK a request/reply round trip
- *   costs ~88 ms instead of ~0.2 ms (field notes).
+ *   costs ~88 ms instead of ~0.2 ms.
  * - Last will `offline` on the gateway status topic; `online` once connected.
  * - Reconnects with exponential backoff; every actuator's state is re-published on connect.
  * - A reply the broker has not acknowledged when the connection drops is dropped, not
@@ -22,9 +22,10 @@ import type { CoreEvent } from "../../core/types.ts";
 import type { GatewayRequest } from "../../shell/gateway.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
 import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
-import { eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity, type GatewayRole } from "./payloads.ts";
+import { directoryPayload, eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity, type GatewayRole } from "./payloads.ts";
+import { RequestBudgets, type BudgetLimits } from "./admission.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
-import { GATEWAY_LEVEL, eventsTopic, gatewayStatusTopic, parseRequestTopic, requestSubscriptions, stateTopic } from "./topics.ts";
+import { GATEWAY_LEVEL, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "./topics.ts";
 
 /** What the link needs from the shell. */
 export interface RequestSink {
@@ -32,6 +33,8 @@ export interface RequestSink {
   submit(actuator: string, ref: number, request: GatewayRequest): void;
   actuatorIds(): string[];
   view(actuator: string): StateView | undefined;
+  /** The live lease's holder and token, null without one, undefined for an actuator not served here: cheap, asked per request. */
+  liveLease(actuator: string): { readonly holder: string; readonly token: number } | null | undefined;
 }
 
 export interface MqttLinkOptions {
@@ -45,8 +48,8 @@ export interface MqttLinkOptions {
    * with one client id without saying why.
    */
   readonly otherWithSameId?: () => Promise<GatewayIdentity | undefined>;
-  /** Another connection took our client id: the link has stopped for good. */
-  readonly onDisplaced?: (by: GatewayIdentity | undefined) => void;
+  /** Another gateway with our gatewayId took our client id: the link has stopped for good. */
+  readonly onDisplaced?: (by: GatewayIdentity) => void;
   readonly limits: RequestLimits;
   readonly log: Logger;
   /** Reads of one actuator awaiting their reply; beyond this a read of it is refused OVERLOADED at the door. */
@@ -55,6 +58,12 @@ export interface MqttLinkOptions {
   readonly maxPendingRequestsPerActuator: number;
   /** A gateway group member's starting role (a standby takes no requests); none for a gateway on its own. */
   readonly role?: GatewayRole;
+  /** Told of each request refused or dropped here, before the shell (for /metrics and the log's summary of refusals). */
+  readonly onRefused?: (actuator: string, holder: string | null, code: string) => void;
+  /** The rate budgets of requesters other than the lease holder (admission.ts). */
+  readonly budgets: BudgetLimits;
+  /** Retained states of actuators nothing serves (src/shell/unserved.ts), published with the served ones on every connection. */
+  readonly unservedStates?: () => readonly StateView[];
 }
 
 /**
@@ -70,8 +79,12 @@ export const MAX_PENDING_READS_PER_ACTUATOR = 64;
  */
 export const LEASE_REQUEST_ROOM_PER_ACTUATOR = 32;
 
-/** Which per-actuator budget a request counts against: reads apart, so no flood of them takes the room of leases and commands. */
-type PendingKind = "reads" | "requests";
+/**
+ * Which per-actuator budget of replies owed a request counts against: reads apart, so no
+ * flood of them takes the room of leases and commands, and the live holder's apart, so no
+ * one else's takes its room (docs/mqtt-api.md, "OVERLOADED at the door").
+ */
+type PendingKind = "reads" | "requests" | "holder";
 
 export interface MqttLinkCounters {
   requests: number;
@@ -114,17 +127,24 @@ export class MqttLink implements Outbox {
   private readonly base: string;
   private readonly v5: boolean;
   private corked: Writable | null = null;
-  /** stop() was called, or the client id was taken: no more reconnecting, no more asking. */
+  /** stop() was called, or another gateway with our id took the client id: no more reconnecting, no more asking. */
   private ended = false;
+  /** MQTT 5: the broker ended this connection with 0x8E (session taken over); the close that follows asks who. */
+  private sessionTakenOver = false;
+  /** Takeovers since start, for the log; while the last connection was taken over, connecting does not reset the backoff. */
+  private takeovers = 0;
+  private backoffHeld = false;
   /** The acknowledgement callbacks of reply publishes the broker has not acknowledged yet. */
   private readonly unacknowledgedReplies = new Set<unknown>();
   private role: GatewayRole | undefined;
+  private readonly budgets: RequestBudgets;
 
   constructor(private readonly options: MqttLinkOptions) {
     this.role = options.role;
     this.base = options.mqtt.baseTopic;
     this.v5 = options.mqtt.protocolVersion === 5;
     this.reconnectMs = options.mqtt.reconnect.minMs;
+    this.budgets = new RequestBudgets(options.budgets);
   }
 
   get connected(): boolean {
@@ -143,10 +163,14 @@ export class MqttLink implements Outbox {
     if (!client?.connected) return; // the next connect subscribes (or not) and publishes the status
     if (role === "active") this.subscribeAndAnnounce(client);
     else {
-      client.subscribe(this.presenceTopic, { qos: 1 });
-      client.unsubscribe([...requestSubscriptions(this.base)]);
+      client.unsubscribe([...this.requestFilters()]);
       this.publishStatus(client);
     }
+  }
+
+  /** The request topics of this gateway's own actuators. */
+  private requestFilters(): readonly string[] {
+    return actuatorRequestSubscriptions(this.base, this.sink?.actuatorIds() ?? []);
   }
 
   /** What a standby still answers: who it is (`B/gateway/read`, presence.ts), so a second gateway with its id is found. */
@@ -154,8 +178,11 @@ export class MqttLink implements Outbox {
     return `${this.base}/${GATEWAY_LEVEL}/read`;
   }
 
+  /** The status, and which actuators this gateway serves (a standby too: its group does). */
   private publishStatus(client: MqttClient): void {
-    client.publish(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(true, this.role), { qos: 1, retain: true });
+    const { gatewayId, identity } = this.options;
+    client.publish(gatewayActuatorsTopic(this.base, gatewayId), directoryPayload(gatewayId, this.sink?.actuatorIds() ?? [], identity.group), { qos: 1, retain: true });
+    client.publish(gatewayStatusTopic(this.base, gatewayId), gatewayStatusPayload(true, this.role), { qos: 1, retain: true });
   }
 
   /**
@@ -177,20 +204,20 @@ export class MqttLink implements Outbox {
     // Retain As Published (v5): otherwise the broker clears the retain flag on live
     // delivery and a retained request would pass as a fresh one. MQTT 3.1.1 has no such
     // option: there a retained request is caught only when (re)subscribing.
-    client.subscribe([...requestSubscriptions(this.base)], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
+    client.subscribe([this.presenceTopic, ...this.requestFilters()], this.v5 ? { qos: 1, rap: true } : { qos: 1 }, (err) => {
       if (err) {
-        log.error({ err: err.message }, "MQTT subscribe failed; requests will not arrive");
+        log.error({ err }, "MQTT subscribe failed; requests will not arrive");
         return;
       }
       // Only once the broker has the subscription does a request reach us: `online` (and
       // the log line operators and tests wait for) must not promise more than that.
       log.info({ broker: mqtt.url, protocolVersion: mqtt.protocolVersion, ...(this.role ? { role: this.role } : {}) }, "MQTT connected");
-      if (this.role === "active") client.unsubscribe(this.presenceTopic); // B/+/read covers it now
       this.publishStatus(client);
       for (const id of sink?.actuatorIds() ?? []) {
         const view = sink?.view(id);
         if (view) this.state(view);
       }
+      for (const view of this.options.unservedStates?.() ?? []) this.state(view);
       done();
     });
   }
@@ -231,21 +258,28 @@ export class MqttLink implements Outbox {
     const client = new MqttClient(() => new GuardedStream(socket(), limit, (packet, raw) => this.onOversized(packet, raw)), clientOptions);
     this.client = client;
     client.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet));
-    client.on("error", (err) => log.warn({ err: err.message }, "MQTT error"));
+    client.on("error", (err) => log.warn({ err }, "MQTT error"));
     client.on("close", () => {
       this.dropUnacknowledgedReplies(client);
+      const takenOver = this.sessionTakenOver;
+      this.sessionTakenOver = false;
+      // A client that keeps taking the id must not get a reconnect storm in answer: the
+      // backoff grows across takeovers, and starts over after a connection that ended otherwise.
+      if (!takenOver && this.backoffHeld) this.reconnectMs = mqtt.reconnect.minMs;
+      this.backoffHeld = takenOver;
       client.options.reconnectPeriod = this.reconnectMs;
       this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
-      if (!this.ended) void this.askWhoTookTheId(client);
+      if (!this.ended) void this.askWhoTookTheId(client, takenOver);
     });
     client.on("offline", () => log.warn({ broker: mqtt.url, retryInMs: client.options.reconnectPeriod }, "MQTT broker unreachable; reconnecting"));
-    // Brokers that say so (MQTT 5 reason 0x8E); Mosquitto 2.0 just closes: askWhoTookTheId.
+    // Brokers that say so (MQTT 5 reason 0x8E); Mosquitto 2.0 just closes. Either way any
+    // client may have taken the id: the close asks who before anything is concluded.
     client.on("disconnect", (packet) => {
-      if (packet.reasonCode === SESSION_TAKEN_OVER) this.displaced(client, undefined);
+      if (packet.reasonCode === SESSION_TAKEN_OVER) this.sessionTakenOver = true;
     });
     return new Promise((resolve) => {
       client.on("connect", () => {
-        this.reconnectMs = mqtt.reconnect.minMs;
+        if (!this.backoffHeld) this.reconnectMs = mqtt.reconnect.minMs;
         client.options.reconnectPeriod = this.reconnectMs;
         this.subscribeAndAnnounce(client, resolve);
       });
@@ -256,14 +290,23 @@ export class MqttLink implements Outbox {
    * After the broker closed the connection: if another gateway with our id answers while we
    * are still disconnected, it took the client id, and reconnecting would take it back and
    * have it taken again, forever. If we are connected again by then, it is the one displaced,
-   * and it asks in turn: of two, exactly one stays.
+   * and it asks in turn: of two, exactly one stays. A takeover nobody answers for is some
+   * other broker client with our id: keep reconnecting, and say so loudly (docs/deploy.md,
+   * "Client ids").
    */
-  private async askWhoTookTheId(client: MqttClient): Promise<void> {
+  private async askWhoTookTheId(client: MqttClient, takenOver: boolean): Promise<void> {
     const other = await this.options.otherWithSameId?.();
-    if (other !== undefined && !client.connected && !this.ended) this.displaced(client, other);
+    if (other !== undefined && !client.connected && !this.ended) return this.displaced(client, other);
+    if (!takenOver || this.ended) return;
+    this.takeovers++;
+    const { mqtt, gatewayId, log } = this.options;
+    log.error(
+      { broker: mqtt.url, clientId: mqtt.clientId, takeovers: this.takeovers, retryInMs: client.options.reconnectPeriod },
+      `The broker says another connection took this gateway's MQTT client id "${mqtt.clientId}" (MQTT 5 reason 0x8E, session taken over), and no other fencegate with gatewayId "${gatewayId}" answers: some other broker client uses the id. Reconnecting with backoff; make the broker bind client ids to users (docs/deploy.md, "Client ids").`,
+    );
   }
 
-  private displaced(client: MqttClient, by: GatewayIdentity | undefined): void {
+  private displaced(client: MqttClient, by: GatewayIdentity): void {
     if (this.ended) return;
     this.ended = true;
     client.end(true);
@@ -301,6 +344,22 @@ export class MqttLink implements Outbox {
       return;
     }
     this.counters.requests++;
+    const lease = sink.liveLease(where.actuator);
+    let holderTraffic = false;
+    const admit = (holder: unknown, token: unknown) => {
+      // Not served here: UNKNOWN_ACTUATOR, from the shell. But `B/gateway/read` (who this
+      // gateway is) has a budget like any actuator's: a reply is owed to each.
+      if (lease === undefined && where.actuator !== GATEWAY_LEVEL) return null;
+      holderTraffic = lease !== undefined && lease !== null && holder === lease.holder && (where.verb === "lease/acquire" || token === lease.token);
+      // An acquire of a free actuator competes with nobody's lease: the first one is granted,
+      // and those after it find the lease held and count against their budgets.
+      if (holderTraffic || (lease === null && where.verb === "lease/acquire")) return null;
+      const requester = typeof holder === "string" ? holder : "_";
+      const admission = this.budgets.take(where.actuator, requester, performance.now());
+      if (admission === "admit") return null;
+      const who = requester === "_" ? "requests without a holder" : `the requests of ${requester}`;
+      return { drop: admission === "drop", message: `${where.actuator} takes only so many requests a second from anyone but its lease holder, and ${who} (or everyone's together) went over it; retry in a second.` };
+    };
     const parsed = parseRequest({
       base: this.base,
       actuator: where.actuator,
@@ -310,15 +369,19 @@ export class MqttLink implements Outbox {
       responseTopic: packet.properties?.responseTopic,
       correlationData: packet.properties?.correlationData,
       limits: this.options.limits,
+      admit,
     });
     if (parsed.kind === "unanswerable") {
       this.count(this.counters.unanswerable, parsed.cause);
-      this.options.log.warn({ topic, cause: parsed.cause }, `request dropped without reply: ${parsed.reason}`);
+      // One by one at debug, summarised by the shell: an outsider can send these at any rate.
+      this.options.log.debug({ topic, cause: parsed.cause }, `request dropped without reply: ${parsed.reason}`);
+      this.options.onRefused?.(where.actuator, null, parsed.cause);
       return;
     }
     if (parsed.kind === "refused") {
       this.count(this.counters.refusedAtEdge, parsed.code);
-      this.options.log.info({ actuator: where.actuator, id: parsed.id, code: parsed.code }, parsed.message);
+      this.options.log.debug({ actuator: where.actuator, id: parsed.id, code: parsed.code }, parsed.message);
+      this.options.onRefused?.(where.actuator, parsed.route.kind === "holderTopic" ? holderOf(parsed.route.holderTopic) : null, parsed.code);
       this.publishReply(parsed.route, refusalPayload(parsed));
       return;
     }
@@ -327,12 +390,13 @@ export class MqttLink implements Outbox {
       this.publishReply(route, identityReplyPayload(request.id, this.options.identity));
       return;
     }
-    const kind: PendingKind = request.verb === "read" ? "reads" : "requests";
-    const pending = this.pending.get(request.actuator) ?? { reads: 0, requests: 0 };
+    const kind: PendingKind = request.verb === "read" ? "reads" : holderTraffic ? "holder" : "requests";
+    const pending = this.pending.get(request.actuator) ?? { reads: 0, requests: 0, holder: 0 };
     if (pending[kind] >= (kind === "reads" ? this.options.maxPendingReadsPerActuator : this.options.maxPendingRequestsPerActuator)) {
-      const what = kind === "reads" ? "reads" : "lease requests and commands";
+      const what = kind === "reads" ? "reads" : kind === "holder" ? "lease requests and commands of its holder" : "lease requests and commands";
       const message = `${request.actuator} has ${pending[kind]} ${what} in progress, the most it takes at once; retry shortly.`;
       this.count(this.counters.refusedAtEdge, "OVERLOADED");
+      this.options.onRefused?.(request.actuator, request.holder, "OVERLOADED");
       this.publishReply(route, replyPayload(request.id, { ok: false, error: { code: "OVERLOADED", message } }));
       return;
     }
@@ -408,7 +472,7 @@ export class MqttLink implements Outbox {
     const pending = this.pending.get(owed.actuator);
     if (pending) {
       pending[owed.kind]--;
-      if (pending.reads === 0 && pending.requests === 0) this.pending.delete(owed.actuator);
+      if (pending.reads === 0 && pending.requests === 0 && pending.holder === 0) this.pending.delete(owed.actuator);
     }
     const payload = "state" in reply ? readReplyPayload(owed.id, reply.state) : replyPayload(owed.id, reply);
     this.publishReply(owed.route, payload);
@@ -457,6 +521,11 @@ export class MqttLink implements Outbox {
     client.stream?.destroy();
     await client.endAsync(true);
   }
+}
+
+/** The holder level of a `B/A/reply/H` topic. */
+function holderOf(replyTopic: string): string {
+  return replyTopic.slice(replyTopic.lastIndexOf("/") + 1);
 }
 
 /** MQTT 5 DISCONNECT reason: another connection took this client id. */

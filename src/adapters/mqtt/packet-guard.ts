@@ -24,7 +24,7 @@ import { MAX_RESPONSE_TOPIC_BYTES } from "./topics.ts";
  * packet identifier and the MQTT 5 properties (the response topic and the correlation data
  * at their limits, and 4 KiB for the rest: the topic, a content type, user properties).
  */
-export const REQUEST_PACKET_OVERHEAD_BYTES = 4096 + MAX_RESPONSE_TOPIC_BYTES + MAX_CORRELATION_DATA_BYTES;
+const REQUEST_PACKET_OVERHEAD_BYTES = 4096 + MAX_RESPONSE_TOPIC_BYTES + MAX_CORRELATION_DATA_BYTES;
 
 /** The largest packet the gateway takes from the broker: a request of `maxPayloadBytes` with its overhead. */
 export function maxPacketBytes(maxPayloadBytes: number): number {

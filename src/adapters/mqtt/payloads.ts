@@ -89,11 +89,23 @@ export interface GatewayIdentity {
   readonly instance: string;
   readonly host: string;
   readonly pid: number;
+  /** The actuator ids it serves; absent in answers of gateways before they said so. */
+  readonly actuators?: readonly string[];
+  /** Its gateway group's name, if a member. */
+  readonly group?: string;
 }
 
 /** The reply to `B/gateway/read`: `{"id", "ok": true, "gateway": {"id", "instance", "host", "pid"}}`. */
 export function identityReplyPayload(id: string, identity: GatewayIdentity): string {
   return JSON.stringify({ id, ok: true, gateway: identity });
+}
+
+/**
+ * The retained `B/gateway/<gatewayId>/actuators` payload: `{"gateway", "actuators": [ids]}`,
+ * and `"group"` for a gateway group's member (its members list the same actuators).
+ */
+export function directoryPayload(gatewayId: string, actuators: readonly string[], group?: string): string {
+  return JSON.stringify({ gateway: gatewayId, actuators, ...(group === undefined ? {} : { group }) });
 }
 
 /** A gateway group member's role; a gateway on its own has none. */

@@ -7,6 +7,8 @@
  *     know neither `id` nor, without a v5 Response Topic, where to reply → `unanswerable`;
  *  2. `id` (1..128 printable ASCII) and the route (a v5 Response Topic, else a valid
  *     `holder`, else for `read` without `holder` the `_` topic) → else `unanswerable`;
+ *  2b. the requester's budget (admission.ts), unless it is the lease holder's → else
+ *     `refused` with `OVERLOADED`, or `unanswerable` (`OVER_BUDGET`) once it has been told;
  *  3. a Response Topic or Correlation Data the gateway will not reply with → `refused` with
  *     `INVALID_REQUEST` on the holder route (`unanswerable` without one);
  *  4. full validation → `refused` with `INVALID_REQUEST` naming the first offending field;
@@ -18,7 +20,6 @@ import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
 import { HOLDER_RE, isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "./topics.ts";
 
-export const DEFAULT_MAX_PAYLOAD_BYTES = 16 * 1024;
 export const MAX_SET_POINTS = 64;
 export const POINT_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 export const ID_RE = /^[\x20-\x7e]{1,128}$/;
@@ -91,7 +92,7 @@ export type ParseResult =
   | { readonly kind: "request"; readonly request: Request; readonly route: ReplyRoute }
   | {
       readonly kind: "refused";
-      readonly code: "INVALID_REQUEST" | "RETAINED_REQUEST";
+      readonly code: "INVALID_REQUEST" | "RETAINED_REQUEST" | "OVERLOADED";
       /** One human sentence naming the offending field or condition. */
       readonly message: string;
       /** Always known: a request whose id is unknown is `unanswerable`, never refused. */
@@ -106,7 +107,7 @@ export type ParseResult =
       readonly reason: string;
     };
 
-export type UnanswerableCause = "TOO_LARGE" | "NOT_UTF8" | "NOT_JSON" | "NOT_OBJECT" | "NO_ID" | "NO_ROUTE";
+export type UnanswerableCause = "TOO_LARGE" | "NOT_UTF8" | "NOT_JSON" | "NOT_OBJECT" | "NO_ID" | "NO_ROUTE" | "OVER_BUDGET";
 
 export interface IncomingRequest {
   /** The base topic `B`, to build the fallback reply topic. */
@@ -121,6 +122,12 @@ export interface IncomingRequest {
   /** MQTT v5 Correlation Data property, if any; echoed with the reply. */
   readonly correlationData?: Buffer | undefined;
   readonly limits: RequestLimits;
+  /**
+   * Asked once id and route are known, with the payload's raw `holder` and `token` (not yet
+   * validated): null admits the request; a sentence refuses it OVERLOADED, or, with `drop`,
+   * drops it unanswered (admission.ts).
+   */
+  readonly admit?: (holder: unknown, token: unknown) => { readonly message: string; readonly drop: boolean } | null;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -186,7 +193,7 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
   const id = z.string().regex(ID_RE);
   const holder = z.string().regex(HOLDER_RE);
   const token = safeInt(1, MAX);
-  // Authenticated actuators (an extension): see src/core/signature.ts.
+  // Authenticated actuators (an extension): see packages/protocol/src/signature.ts.
   const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
   const counter = safeInt(1, MAX).optional();
   return {
@@ -396,6 +403,9 @@ export function parseRequest(inc: IncomingRequest): ParseResult {
           : `the request cannot be answered where it asks (${problem}) and has no valid holder to reply to instead`,
     };
   }
+  const overBudget = inc.admit?.(own(obj, "holder"), own(obj, "token")) ?? null;
+  if (overBudget?.drop) return { kind: "unanswerable", cause: "OVER_BUDGET", reason: overBudget.message };
+  if (overBudget) return { kind: "refused", code: "OVERLOADED", message: overBudget.message, id, route };
   if (problem !== null) return { kind: "refused", code: "INVALID_REQUEST", message: problem, id, route };
   const checked = validate(inc, obj, scanJson(text));
   if (!checked.ok) return { kind: "refused", code: "INVALID_REQUEST", message: checked.message, id, route };

@@ -71,9 +71,28 @@ export function gatewayStatusTopic(base: string, gatewayId: string): string {
   return `${base}/gateway/${gatewayId}/status`;
 }
 
-/** The filters the gateway subscribes to (QoS 1) to receive every request. */
+/**
+ * `B/gateway/<gatewayId>/actuators`: retained, the actuator ids the gateway serves
+ * (payloads.ts, directoryPayload). What a client says "no such actuator" from: a gateway
+ * hears no request for an actuator it does not serve, so none answers for it.
+ */
+export function gatewayActuatorsTopic(base: string, gatewayId: string): string {
+  return `${base}/gateway/${gatewayId}/actuators`;
+}
+
+/** The filters matching every request topic under `B`, whichever gateway serves it. */
 export function requestSubscriptions(base: string): readonly string[] {
   return [`${base}/+/lease/+`, `${base}/+/command`, `${base}/+/read`];
+}
+
+/**
+ * The filters a gateway subscribes to (QoS 1): the requests of its own actuators only.
+ * Several gateways share a broker and a base topic; one that heard every actuator's
+ * requests would refuse the others' UNKNOWN_ACTUATOR, and that refusal, needing no device,
+ * came before the real answer (docs/mqtt-api.md, "Several gateways on one broker").
+ */
+export function actuatorRequestSubscriptions(base: string, actuators: readonly string[]): readonly string[] {
+  return actuators.flatMap((a) => [`${base}/${a}/lease/+`, `${base}/${a}/command`, `${base}/${a}/read`]);
 }
 
 /** The longest v5 Response Topic the gateway replies to, in UTF-8 bytes. */

@@ -54,11 +54,16 @@ function fmtSet(set) {
 // ---------------------------------------------------------------------------------------
 // Gateway line and counters
 
+function drawUptime() {
+  setText($("gw-uptime"), duration(gateway.uptimeMs + performance.now() - gatewayAt));
+}
+
 function drawGateway(g) {
   gateway = g;
   gatewayAt = performance.now();
   setText($("gw-id"), g.id);
   setText($("gw-version"), g.version);
+  drawUptime();
   $("gw-broker").className = g.broker.connected ? "good" : "bad";
   setText($("gw-broker"), g.broker.connected ? "connected" : "not connected");
   const j = g.journal;
@@ -73,6 +78,14 @@ function drawGateway(g) {
     if (card) {
       card.data.lastAnswerAgeMs = age;
       card.answerAt = gatewayAt;
+    }
+  }
+  // A group member that does not serve says so on every card (the gateway line comes every few seconds; cards only on change).
+  const note = g.group ? g.group.note : null;
+  if (note) {
+    for (const card of cards.values()) {
+      card.f.problem.hidden = false;
+      setText(card.f.problem, note);
     }
   }
   drawCounters(g.counters);
@@ -162,7 +175,7 @@ function drawCard(a) {
   setText(f.accepted, acc ? `${acc.holder} t${acc.token}/s${acc.seq} ${fmtSet(acc.set)} → ${acc.outcome || "at the device"}` : "none yet");
   const ref = a.lastRefusal;
   f.refusal.className = `refusal${ref ? " warn" : ""}`;
-  setText(f.refusal, ref ? `${ref.code} · ${ref.holder || "?"}${ref.token !== null ? ` t${ref.token}` : ""}${ref.seq !== null ? `/s${ref.seq}` : ""}` : "none yet");
+  card.refusal = ref ? `${ref.code} · ${ref.holder || "?"}${ref.token !== null ? ` t${ref.token}` : ""}${ref.seq !== null ? `/s${ref.seq}` : ""}` : "none yet";
   const sw = a.safeWrite;
   f.safe.className = `safe${sw ? (sw.lastCode ? " bad" : " warn") : ""}`;
   setText(f.safe, sw ? `pending: ${fmtSet(sw.set)} (token ${sw.token}, ${sw.attempts} ${sw.attempts === 1 ? "attempt" : "attempts"}${sw.lastCode ? `, last ${sw.lastCode}` : ""})` : "none owed");
@@ -187,11 +200,11 @@ function tickCard(card) {
   const acc = a.lastAccepted;
   if (acc) card.f.accepted.title = `${duration(since(card.receivedAt, acc.ageMs))} ago`;
   const ref = a.lastRefusal;
-  if (ref) card.f.refusal.title = `${duration(since(card.receivedAt, ref.ageMs))} ago`;
+  setText(card.f.refusal, ref ? `${card.refusal} · ${duration(since(card.receivedAt, ref.ageMs))} ago` : card.refusal);
 }
 
 function tick() {
-  if (gateway) setText($("gw-uptime"), duration(gateway.uptimeMs + performance.now() - gatewayAt));
+  if (gateway) drawUptime();
   for (const card of cards.values()) tickCard(card);
 }
 
@@ -296,7 +309,7 @@ async function loadAudit(before) {
       );
     }),
   );
-  setText(note, body.entries.length === 0 ? "No recorded command matches." : "Newest first. Refusals change nothing and are not recorded here; the live feed shows them.");
+  setText(note, body.entries.length === 0 ? "No recorded command matches." : "Newest first. Times are when the journal recorded each command, within journal.auditLagMs of the gateway's decision (the live feed has the decisions' own times). Refusals change nothing and are not recorded here; the live feed shows them.");
   setText($("audit-page"), `page ${audit.cursors.length + 1}`);
   $("audit-older").disabled = audit.next === null;
   $("audit-newer").disabled = audit.cursors.length === 0;
