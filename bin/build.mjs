@@ -15,7 +15,6 @@
 import { cpSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { build } from "esbuild";
 import { DIST, ENTRY_POINTS, ROOT, STAMP } from "./dist.mjs";
 
 /** What the dependencies get for `debug` (the real package only when DEBUG is set at start). */
@@ -55,12 +54,27 @@ export const BUILD_OPTIONS = {
   logLevel: "warning",
 };
 
+/**
+ * esbuild, or a sentence and exit 1 when node_modules lacks it: `npm pack` in a fresh clone
+ * runs this build (prepack) before anything was installed, and a stack trace does not say
+ * what to do.
+ */
+async function esbuild() {
+  try {
+    return await import("esbuild");
+  } catch (err) {
+    if (err?.code !== "ERR_MODULE_NOT_FOUND" || !String(err.message).includes("esbuild")) throw err;
+    console.error("fencegate: building dist/ (npm run build; npm pack builds first) needs the dev dependencies, and node_modules lacks esbuild: run `npm ci` first, then this command again.");
+    process.exit(1);
+  }
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const building = join(DIST, ".building");
   rmSync(DIST, { recursive: true, force: true });
   mkdirSync(DIST);
   writeFileSync(building, "");
-  await build(BUILD_OPTIONS); // throws on an error: no stamp, so dist/ is not fresh
+  await (await esbuild()).build(BUILD_OPTIONS); // throws on an error: no stamp, so dist/ is not fresh
   // The status page's files, beside the bundle that serves them (the package ships no src/).
   cpSync(join(ROOT, "src/adapters/http/status-page"), join(DIST, "status-page"), { recursive: true });
   renameSync(building, STAMP);

@@ -14,10 +14,12 @@ export const DIST = join(ROOT, "dist");
  */
 export const ENTRY_POINTS = {
   fencegate: join(ROOT, "src/cli/main.ts"),
+  // The journal's writer thread (src/adapters/journal/worker-client.ts starts it from beside itself).
+  "journal-worker": join(ROOT, "src/adapters/journal/worker.ts"),
 };
 export const DIST_MAIN = join(DIST, "fencegate.js");
 export const STAMP = join(DIST, ".built");
-const SOURCES = ["src", "firmware-bridge/src"];
+const SOURCES = ["src", "packages/protocol/src", "packages/client/src", "firmware-bridge/src"];
 
 function newestMtimeMs(dir) {
   let newest = 0;

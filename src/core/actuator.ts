@@ -8,7 +8,7 @@
  * before their reply, commands' records are an asynchronous audit. Every refusal is a
  * reply with a contract code, never an exception.
  */
-import type { ErrorCode } from "./codes.ts";
+import type { ErrorCode } from "../../packages/protocol/src/index.ts";
 import type {
   ActuatorConfig,
   ActuatorState,
@@ -77,7 +77,7 @@ export function isAboveFence(token: number, seq: number, fence: Fence): boolean 
   return fence.seq === null || seq > fence.seq;
 }
 
-function compareFence(a: Fence, b: Fence): number {
+export function compareFence(a: Fence, b: Fence): number {
   if (a.token !== b.token) return a.token - b.token;
   return (a.seq ?? -1) - (b.seq ?? -1);
 }
@@ -268,7 +268,11 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: 
   }
   const token = grantToken(s, holder);
   if (token === null) {
-    s.refuse(ref, { code: "INTERNAL", message: "The token space of this actuator is exhausted; replace its journal and device fence." }, { holder });
+    s.refuse(
+      ref,
+      { code: "TOKENS_EXHAUSTED", message: "Every token of this actuator up to 2^53-1 has been granted (a `fencegate journal recover --floor` set too high?): no lease can be granted again until its journal entry and its device's fence are reset (docs/deploy.md §7)." },
+      { holder },
+    );
     return;
   }
   // A newer grant supersedes the safe write still owed: the new holder decides now.

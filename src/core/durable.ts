@@ -6,8 +6,6 @@
 import type { DurableSnapshot } from "./actuator.ts";
 import type { CommandRecord, Fence, JournalRecord, Outcome } from "./types.ts";
 
-export const EMPTY_FENCE: Fence = { token: 0, seq: null };
-
 /** What a restart makes of an intent whose outcome was never recorded. */
 export const OUTCOME_LOST_IN_RESTART: Outcome = {
   kind: "failed",

@@ -1,4 +1,4 @@
-import type { ErrorCode } from "./codes.ts";
+import type { ErrorCode, PointValues } from "../../packages/protocol/src/index.ts";
 
 /**
  * The fence of an actuator: the highest `(token, seq)` ever accepted, or, right after a
@@ -20,7 +20,7 @@ export interface Lease {
   readonly secret?: string;
 }
 
-export type PointValues = Readonly<Record<string, number>>;
+export type { PointValues };
 
 export interface PointSpec {
   readonly writable: boolean;
@@ -199,7 +199,7 @@ export type AuditRecord = Extract<JournalRecord, { readonly type: "intent" | "ou
  * Effects, in the order the shell must carry them out. A `persist` (a grant) must be durable
  * before any effect after it in the same list is performed: that is how "durable before the
  * grant is sent" is kept. An `audit` record is handed to the journal in its place in the
- * order and is not waited for: a command never waits for the disk (issue 14). That is safe
+ * order and is not waited for: a command never waits for the disk (docs/mqtt-api.md, "What is durable"). That is safe
  * because every lease ends at restart and the next grant is above every token granted
  * before (durable before its reply), so no command under a token from before a crash can be
  * accepted again, whatever its seq; the seq fence matters only inside one live lease, where

@@ -11,7 +11,7 @@
  *     is above the durable fence as it stands then, and (but for the gateway's own safe-value
  *     write) its token is the live lease's, of that holder;
  *  3. an "applied" reply (also as a DUPLICATE's original) only for a command the device
- *     really applied; the audit trail (intents, outcomes: asynchronous, issue 14) becomes
+ *     really applied; the audit trail (intents, outcomes: asynchronous, docs/mqtt-api.md) becomes
  *     durable in the order the commands were written, each intent within the audit lag of
  *     its write unless the process died first, and records "applied" only for what the
  *     device applied;
@@ -114,6 +114,11 @@ export class Checker {
 
   digest(): string {
     return this.hash.copy().digest("hex");
+  }
+
+  /** A core invariant broken by one step (src/core/invariants.ts), judged as the step is taken. */
+  onInvariantBroken(actuator: string, inputType: string, broken: readonly string[]): void {
+    for (const what of broken) this.violate(`invariant ${actuator} after ${inputType}: ${what}`);
   }
 
   private violate(message: string): void {

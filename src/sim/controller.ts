@@ -1,12 +1,12 @@
 /**
- * A simulated controller that behaves like src/client's Lease: acquire, renew every ttl/3
+ * A simulated controller that behaves like fencegate-client's Lease: acquire, renew every ttl/3
  * (retry at ttl/10 after a lost answer, give up once its own reckoning of expiry passes),
  * commands numbered 0, 1, 2, ... under the token, each retried with the same id and
  * (token, seq) after a lost reply, DUPLICATE with an applied original taken as applied, a
  * lease-ending refusal ending the lease. It can pause (a GC pause, a stopped VM): nothing it
  * would have done runs until it resumes, and then it carries on with the token it held.
  */
-import { LEASE_ENDING_CODES } from "../client/errors.ts";
+import { LEASE_ENDING_CODES } from "fencegate-client";
 import type { GatewayRequest } from "../shell/gateway.ts";
 import type { OutboundReply } from "../shell/ports.ts";
 import { NetLink } from "./network.ts";

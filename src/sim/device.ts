@@ -87,13 +87,13 @@ export class SimActuator {
   }
 }
 
-export class LineTimeout extends Error {
+class LineTimeout extends Error {
   constructor() {
     super("Timed out");
   }
 }
 
-export class LinkDown extends Error {
+class LinkDown extends Error {
   constructor() {
     super("the link to the device is down");
   }

@@ -20,7 +20,7 @@ export interface JournalHooks {
 }
 
 /** Thrown out of a commit the process did not survive; nobody alive sees it. */
-export class SimCrash extends Error {
+class SimCrash extends Error {
   constructor() {
     super("simulated process crash during a journal commit");
   }

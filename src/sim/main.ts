@@ -6,6 +6,7 @@
  * any violation, with the command that replays the failing seed exactly.
  */
 import { runSeed, type SimResult } from "./run.ts";
+import { EXIT } from "../exit-codes.ts";
 
 const USAGE = "usage: npm run sim -- --seeds N [--seed S] [--trace]";
 
@@ -50,7 +51,7 @@ async function main(): Promise<number> {
       return 0;
     }
     console.error(`${err.message}\n${USAGE}`);
-    return 64;
+    return EXIT.USAGE;
   }
   const { seeds, seed, trace } = args;
   // Not a decision input: only picks where an unseeded batch starts; every seed is printed.

@@ -9,6 +9,7 @@
  */
 import pino from "pino";
 import { step as realStep } from "../core/actuator.ts";
+import { stepViolations } from "../core/invariants.ts";
 import type { ActuatorConfig } from "../core/types.ts";
 import { Gateway, type ActuatorBinding, type GatewayRequest } from "../shell/gateway.ts";
 import { DEFAULT_AUDIT_BOUNDS, type AuditBounds } from "../shell/group-commit.ts";
@@ -29,6 +30,8 @@ export interface SimOptions {
   readonly controllers?: number;
   /** Replaces the core's step (the checker's own tests inject a broken rule). */
   readonly step?: typeof realStep;
+  /** Judge every step by the core's invariants too (default on; the checker's own tests turn it off to see the checker alone). */
+  readonly invariants?: boolean;
   /** Receives every line of the history, to read a failing seed's story. */
   readonly trace?: (line: string) => void;
 }
@@ -149,6 +152,17 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       },
     ]),
   );
+  // Each step judged as it is taken, beside the checker's judgement of what the world saw.
+  const actuatorOf = new Map([...configs].map(([id, config]) => [config, id]));
+  const coreStep = options.step ?? realStep;
+  const judgedStep: typeof realStep = (config, state, input) => {
+    const result = coreStep(config, state, input);
+    if (options.invariants !== false) {
+      const broken = stepViolations(config, state, input, result);
+      if (broken.length > 0) checker.onInvariantBroken(actuatorOf.get(config) ?? "?", input.type, broken);
+    }
+    return result;
+  };
   for (const [id, c] of configs) if (c.expiryPolicy.kind === "safe") checker.expectSafeValues(id);
   const defaultDeadlineMs = rngGateway.int(50, 500);
   const units = ACTUATORS.map((a, i) => new SimActuator(a.id, a.profile, world, i + 1));
@@ -281,7 +295,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
           if (alive()) checker.note(`fatal ${String(err)}`);
         },
         audit: profile.audit,
-        ...(options.step ? { step: options.step } : {}),
+        step: judgedStep,
       },
       snapshots,
     );

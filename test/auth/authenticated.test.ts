@@ -3,9 +3,9 @@
  * Mosquitto, the simulated actuator. A fencing token is not a password: it is on the
  * retained state for anyone to read. Without the lease's secret, nothing gets through.
  */
+import { FencegateClient, type Lease } from "fencegate-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencegateClient, type Lease } from "../../src/client/index.ts";
-import { sign } from "../../src/core/signature.ts";
+import { sign } from "../../packages/protocol/src/index.ts";
 import { TestController } from "../support/controller.ts";
 import { valve } from "../support/daemon.ts";
 import { startStack, Teardown, type Stack } from "../support/stack.ts";

@@ -5,9 +5,9 @@
  * expiry) for as long as the replays went on. Renew and release now carry a counter under
  * the MAC that must rise; a replay is refused REPLAYED_REQUEST and changes nothing.
  */
+import { FencegateClient } from "fencegate-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencegateClient } from "../../src/client/index.ts";
-import { sign } from "../../src/core/signature.ts";
+import { sign } from "../../packages/protocol/src/index.ts";
 import { TestController, type Json } from "../support/controller.ts";
 import { valve } from "../support/daemon.ts";
 import { startStack, Teardown, type Stack } from "../support/stack.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canonicalForm, sign, verify } from "../../src/core/signature.ts";
+import { canonicalForm, sign, verify } from "../../packages/protocol/src/index.ts";
 import { CoreDriver, codeOf } from "../core/harness.ts";
 
 const FIELDS = { verb: "command", actuator: "valve-1", holder: "line-a", token: 7, seq: 3, set: { speed: 2, position: 42.5 }, deadlineMs: 1000 } as const;

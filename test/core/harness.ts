@@ -1,6 +1,7 @@
-/** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects. */
+/** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects, asserts the invariants after every step. */
 import { EMPTY_SNAPSHOT, initialState, step, type DurableSnapshot } from "../../src/core/actuator.ts";
 import { afterRestart, applyRecord } from "../../src/core/durable.ts";
+import { assertStep } from "../../src/core/invariants.ts";
 import type { ActuatorConfig, ActuatorState, AuditRecord, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
 
 export const CONFIG: ActuatorConfig = {
@@ -27,7 +28,8 @@ export class CoreDriver {
   durable: DurableSnapshot = EMPTY_SNAPSHOT;
   /** Audit records handed to the journal since the last grant: what a crash may lose. */
   pendingAudit: AuditRecord[] = [];
-  private nextRef = 1;
+  /** Above the small refs some tests pick by hand, so a drawn ref never answers for theirs. */
+  private nextRef = 1_000;
 
   constructor(
     readonly config: ActuatorConfig = CONFIG,
@@ -38,7 +40,9 @@ export class CoreDriver {
   }
 
   feed(input: WithoutTime<Input>): Effect[] {
-    const result = step(this.config, this.state, { ...input, nowMs: this.nowMs } as Input);
+    const full = { ...input, nowMs: this.nowMs } as Input;
+    const result = step(this.config, this.state, full);
+    assertStep(this.config, this.state, full, result);
     this.state = result.state;
     this.log.push(...result.effects);
     for (const e of result.effects) {

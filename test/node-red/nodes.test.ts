@@ -11,14 +11,14 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
+import { brokerAddress } from "fencegate-client";
 import mqtt from "mqtt";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { TestController, type Json } from "../support/controller.ts";
-import { valve } from "../support/daemon.ts";
 import { installNodeRedPackage, nodeRedRuntime, type InstalledPackage } from "../support/node-red.ts";
-import { brokerAddress } from "../../src/client/client.ts";
 import { startTcpProxy, type TcpProxy } from "../support/proxy.ts";
-import { startStack, Teardown, type Stack } from "../support/stack.ts";
+import { DaemonProcess, valve } from "../support/daemon.ts";
+import { startStack, stopDaemon, Teardown, type Stack } from "../support/stack.ts";
 import { freePort } from "../support/ports.ts";
 import { makePki, type Pki } from "../broker-security/pki.ts";
 import { until } from "../support/watch.ts";
@@ -36,7 +36,7 @@ interface NodeTestHelper {
 const helper = createRequire(import.meta.url)("node-red-node-test-helper") as NodeTestHelper;
 const runtime = nodeRedRuntime();
 helper.init(runtime.main);
-const CORE_NODES = ["common/20-inject.js", "common/21-debug.js", "common/90-comment.js", "network/05-tls.js"].map((f) => runtime.coreNodes(f));
+const CORE_NODES = ["common/20-inject.js", "common/21-debug.js", "common/90-comment.js", "network/05-tls.js", "function/10-function.js"].map((f) => runtime.coreNodes(f));
 /** Every status a node showed, in order, as the runtime hands them to the editor. */
 const statusLog: { id: string; status: { fill?: string; shape?: string; text: string } }[] = [];
 (createRequire(runtime.main)(runtime.main) as { runtime: { events: NodeJS.EventEmitter } }).runtime.events.on("node-status", (e: (typeof statusLog)[number]) => statusLog.push(e));
@@ -406,6 +406,17 @@ describe("fencegate command", () => {
     expect(errorsLogged()).toEqual([]);
   });
 
+  it("takes setpoints built in a function node (objects of another JavaScript context)", async () => {
+    const flow = commandFlow("nr-cmd-function");
+    flow.push({ id: "build", type: "function", z: TAB, name: "", func: "msg.payload = { position: msg.payload };\nreturn msg;", outputs: 1, noerr: 0, initialize: "", finalize: "", libs: [], wires: [["command"]] });
+    const seen = await load(flow, ["lease-out", "applied", "refused"]);
+    const token = (await nth(seen, "lease-out")).payload.token as number;
+    helper.getNode("build")!.receive({ payload: 17.5 });
+    expect((await nth(seen, "applied")).payload).toMatchObject({ outcome: "applied", token, applied: { position: 17.5 } });
+    expect(stack.sim.device(3).targetPosition).toBe(17.5);
+    expect(seen.refused).toEqual([]);
+  });
+
   it("takes 64 setpoints (the contract's limit) to the gateway, which names the first it does not know", async () => {
     const { seen } = await loadHeld("nr-cmd-64");
     helper.getNode("command")!.receive({ payload: Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`p${i}`, i])) });
@@ -459,6 +470,34 @@ describe("fencegate command", () => {
     expect(statusOf("command")).toMatchObject({ fill: "yellow", text: "outcome unknown (OUTCOME_UNKNOWN): state re-read" });
     helper.getNode("command")!.receive({ payload: { position: 34 } });
     expect((await nth(seen, "applied")).payload).toMatchObject({ token, seq: 1, applied: { position: 34 } });
+  });
+});
+
+describe("with the gateway gone", () => {
+  it("the command node no longer shows its last 'applied' but the actuator offline, and the lease node says no gateway answers", async () => {
+    const flow = testFlow(
+      [brokerNode("b", "nr-gateway-gone")],
+      [
+        { id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-3", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] },
+        { id: "command", type: "fencegate-command", broker: "b", actuator: "valve-3", deadlineMs: "", wires: [["applied"], ["refused"]] },
+      ],
+      ["lease-out", "applied", "refused"],
+    );
+    const seen = await load(flow, ["lease-out", "applied", "refused"]);
+    await nth(seen, "lease-out");
+    helper.getNode("command")!.receive({ payload: { position: 8 } });
+    await nth(seen, "applied");
+    expect(statusOf("command")).toMatchObject({ fill: "green", text: expect.stringMatching(/^applied, /) });
+
+    await stack.daemon.kill("SIGKILL"); // its last will says the gateway is offline
+    try {
+      expect(await statusMatching("command", /^offline: /)).toEqual({ fill: "red", shape: "ring", text: "offline: no gateway serves it now" });
+      expect(await statusMatching("lease", /^waiting: /, 20_000)).toEqual({ fill: "yellow", shape: "ring", text: "waiting: no gateway answers" });
+      expect(statusOf("command")!.text).toBe("offline: no gateway serves it now");
+    } finally {
+      const daemon = teardown.add(DaemonProcess.start(stack.dir, stack.config), (d) => stopDaemon(d));
+      await daemon.ready(["valve-1", "valve-2", "valve-3", "valve-4"]);
+    }
   });
 });
 

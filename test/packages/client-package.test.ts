@@ -5,6 +5,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { FencegateClient } from "fencegate-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { valve } from "../support/daemon.ts";
 import { filesUnder, npmPack, ROOT, run } from "../support/packages.ts";
@@ -13,6 +14,7 @@ import { startStack, Teardown, type Stack } from "../support/stack.ts";
 const teardown = new Teardown();
 let stack: Stack;
 let project: string;
+let tarball: string;
 
 beforeAll(async () => {
   stack = await startStack(teardown, {
@@ -21,7 +23,7 @@ beforeAll(async () => {
     gateway: (sim) => ({ buses: { sim: { type: "tcp", ...sim, timeoutMs: 1000 } }, actuators: [valve("valve-1", "sim", 1)] }),
     fenced: ["valve-1"],
   });
-  const tarball = await npmPack(ROOT, stack.dir, ["-w", "fencegate-client"]);
+  tarball = await npmPack(ROOT, stack.dir, ["-w", "fencegate-client"]);
   project = join(stack.dir, "controller");
   mkdirSync(project);
   writeFileSync(join(project, "package.json"), JSON.stringify({ name: "plant-controller", private: true, type: "module" }));
@@ -62,7 +64,7 @@ describe("the controller package", () => {
     const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8"));
     expect(manifest.dependencies).toEqual({ mqtt: expect.any(String) });
     const files = filesUnder(installed);
-    expect(files).toEqual(expect.arrayContaining(["dist/client/index.js", "dist/client/index.d.ts"]));
+    expect(files).toEqual(expect.arrayContaining(["dist/packages/client/src/index.js", "dist/packages/client/src/index.d.ts"]));
     expect(files.filter((f) => /\.ts$/.test(f) && !f.endsWith(".d.ts"))).toEqual([]);
   });
 
@@ -85,6 +87,33 @@ describe("the controller package", () => {
     const out = JSON.parse(ran.stdout);
     expect(out).toEqual({ token: expect.any(Number), applied: { position: 42.5 }, newerToken: out.token + 1, stale: "STALE_TOKEN" });
     expect(stack.sim.device(1).targetPosition).toBe(42.5);
+  });
+
+  it("runs its README's example as it stands, in a project npm init -y made (CommonJS), as controller.mjs", async () => {
+    const readme = readFileSync(join(ROOT, "packages/client/README.md"), "utf8");
+    const snippet = /<!-- client-readme-test -->\n```js\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(snippet).toBeDefined();
+    const plain = join(stack.dir, "plain-project");
+    mkdirSync(plain);
+    expect((await run("npm", ["init", "-y"], { cwd: plain })).code).toBe(0);
+    expect((await run("npm", ["install", tarball], { cwd: plain })).code).toBe(0);
+    writeFileSync(join(plain, "controller.mjs"), snippet!);
+    // Another controller holds valve-1 for a while: the example stands by until it is free.
+    const other = await FencegateClient.connect({ url: stack.broker.url, holder: "other-line" });
+    const held = await other.acquire("valve-1", { ttlMs: 5000 });
+    const releasing = new Promise((resolve) => setTimeout(resolve, 1500)).then(() => held.release());
+    try {
+      const ran = await run(process.execPath, ["controller.mjs"], { cwd: plain, env: { FENCEGATE_BROKER: stack.broker.url }, timeoutMs: 30_000 });
+      await releasing;
+      expect(ran.stderr).toBe("");
+      expect(ran.code).toBe(0);
+      const lines = ran.stdout.trim().split("\n");
+      expect(lines[0]).toBe(`holding valve-1 with token ${held.token + 1}`);
+      expect(lines.slice(1)).toEqual([`applied {"position":42.5} as seq 0`, `position 42.5, fence ${held.token + 1}/0`, "state: online true"]);
+      expect(ran.ms).toBeGreaterThan(1400); // it waited out LEASE_HELD, not failed at it
+    } finally {
+      await other.close();
+    }
   });
 
   it("type-checks a TypeScript controller against its declarations", async () => {

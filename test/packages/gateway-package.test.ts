@@ -16,6 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NODE_FLAGS } from "../../bin/node-flags.mjs";
+import { NATIVE_PACKAGES } from "../../src/cli/sqlite.ts";
 import { filesUnder, gatewaySourceCopy, npmPack, ROOT, run, type Run } from "../support/packages.ts";
 
 let dir: string;
@@ -23,6 +24,9 @@ let prefix: string;
 let prebuilt: Server;
 const downloads: string[] = [];
 let installed: Run;
+/** The same with the native modules' install scripts not run, as an npm that blocks them would leave it. */
+let blockedPrefix: string;
+let blocked: Run;
 /** docs/deploy.md's way: the tarball unpacked into a directory, npm install --omit=dev there. */
 let deployDir: string;
 let deployed: Run;
@@ -44,7 +48,11 @@ beforeAll(async () => {
   const tarball = await npmPack(gatewaySourceCopy(join(dir, "source")), dir);
   const env = { npm_config_better_sqlite3_binary_host: `http://127.0.0.1:${(prebuilt.address() as AddressInfo).port}` };
   prefix = join(dir, "prefix");
-  installed = await run("npm", ["install", "-g", "--prefix", prefix, tarball], { cwd: dir, env });
+  // As README and docs/deploy.md say to type: npm 11's install-script policy covers global
+  // installs only by the flag (a package's own allowScripts counts in a project only).
+  installed = await run("npm", ["install", "-g", "--prefix", prefix, `--allow-scripts=${NATIVE_PACKAGES.join(",")}`, tarball], { cwd: dir, env });
+  blockedPrefix = join(dir, "prefix-blocked");
+  blocked = await run("npm", ["install", "-g", "--prefix", blockedPrefix, "--ignore-scripts", tarball], { cwd: dir, env });
   deployDir = join(dir, "opt-fencegate");
   mkdirSync(deployDir);
   execFileSync("tar", ["-xzf", tarball, "-C", deployDir, "--strip-components=1"]);
@@ -62,6 +70,25 @@ describe("the gateway package", () => {
   it("installs with npm install -g from its tarball, better-sqlite3 from a prebuilt binary", () => {
     expect(installed.code, installed.stderr).toBe(0);
     expect(downloads.filter((url) => url.includes(`node-v${process.versions.modules}`))).toHaveLength(1);
+  });
+
+  it("installs globally without an install-script warning the way README and docs/deploy.md say to type it", () => {
+    expect(installed.stderr).not.toMatch(/install-scripts|not yet covered by allowScripts/);
+    const { version } = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string };
+    const typed = `npm install -g --allow-scripts=${NATIVE_PACKAGES.join(",")} ./fencegate-${version}.tgz`;
+    for (const doc of ["README.md", "docs/deploy.md"]) expect(readFileSync(join(ROOT, doc), "utf8"), doc).toContain(typed);
+  });
+
+  it("refuses to start without SQLite's native module, in one sentence that says how to install it (exit 78)", async () => {
+    expect(blocked.code, blocked.stderr).toBe(0);
+    const bin = join(blockedPrefix, "bin/fencegate");
+    expect(await run(bin, ["--version"], { cwd: dir })).toMatchObject({ code: 0 });
+    for (const args of [["demo"], ["daemon", "--config", join(blockedPrefix, "lib/node_modules/fencegate/config/embedded.yaml")]]) {
+      const started = await run(bin, args, { cwd: dir, timeoutMs: 60_000 });
+      expect(started.code, args[0]).toBe(78);
+      expect(started.stdout, args[0]).toBe("");
+      expect(started.stderr, args[0]).toMatch(/^fencegate: SQLite, which keeps the journal, is not installed: .* Install again allowing it, `npm install -g --allow-scripts=better-sqlite3,@serialport\/bindings-cpp \.\/fencegate-[0-9.]+\.tgz` \(docs\/deploy\.md\), or run `npm rebuild better-sqlite3` in .*\.\n$/);
+    }
   });
 
   it("ships the build and what it needs, no sources, tests, TypeScript or tsx", () => {

@@ -21,7 +21,7 @@ const MAX_SEEDS = 200;
 /** The first seed with a violation (matching `only`, when given), and that violation. */
 async function firstViolation(brokenStep: typeof step, only?: RegExp): Promise<{ seed: number; violation: string } | null> {
   for (let seed = 1; seed <= MAX_SEEDS; seed++) {
-    const result = await runSeed(seed, { step: brokenStep });
+    const result = await runSeed(seed, { step: brokenStep, invariants: false });
     const violation = only === undefined ? result.violations[0] : result.violations.find((v) => only.test(v));
     if (violation !== undefined) return { seed, violation };
   }
@@ -79,5 +79,22 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     // lost), and the restarted gateway hands the same token out again.
     const twice = await firstViolation(grantReplyBeforeDurableStep, /token (\d+) granted to \S+ after token \1 \(granted twice/);
     expect(twice, `no token granted twice in ${MAX_SEEDS} seeds`).not.toBeNull();
+  });
+});
+
+describe("the core's invariants, judged at every step of a seed, catch a broken rule too", () => {
+  it("a grant's reply sent before the grant is durable is named at the step that sends it", async () => {
+    let found: string | undefined;
+    for (let seed = 1; seed <= MAX_SEEDS && found === undefined; seed++) {
+      found = (await runSeed(seed, { step: grantReplyBeforeDurableStep })).violations.find((v) => v.includes("invariant "));
+    }
+    expect(found, `no invariant broken in ${MAX_SEEDS} seeds`).toBeDefined();
+    expect(found).toMatch(/invariant \S+ after acquire: a lease of token \d+ replied before its grant is durable/);
+  });
+
+  it("the simulator's own run with the real core breaks none", async () => {
+    const result = await runSeed(7);
+    expect(result.violations.filter((v) => v.includes("invariant "))).toEqual([]);
+    expect(result.accepted).toBeGreaterThan(0);
   });
 });

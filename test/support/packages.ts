@@ -55,7 +55,7 @@ function sourceCopy(dir: string, entries: readonly string[]): string {
  * meanwhile.
  */
 export function gatewaySourceCopy(dir: string): string {
-  return sourceCopy(dir, ["package.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/client/package.json"]);
+  return sourceCopy(dir, ["package.json", "tsconfig.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/protocol/src", "packages/client/package.json", "packages/client/src"]);
 }
 
 /**
@@ -64,7 +64,7 @@ export function gatewaySourceCopy(dir: string): string {
  * under the checkout while another test packs it there.
  */
 export function clientSourceCopy(dir: string): string {
-  sourceCopy(dir, ["tsconfig.json", "src/client", "src/core", "packages/client/package.json", "packages/client/tsconfig.json", "packages/client/README.md", "packages/client/LICENSE"]);
+  sourceCopy(dir, ["tsconfig.json", "packages/protocol/src", "packages/client/src", "packages/client/package.json", "packages/client/tsconfig.json", "packages/client/README.md", "packages/client/LICENSE"]);
   // The sources are ES modules by the checkout's package.json; not its workspaces.
   writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "fencegate-sources", private: true, type: "module" }));
   return join(dir, "packages/client");

@@ -1,13 +1,9 @@
 /**
- * Names as the contract allows them, and the holder id a node uses when its connection
- * names none: derived from the host and the flow (the editor tab) the node sits on.
+ * Names as the contract allows them (the controller package's patterns), and the holder id
+ * a node uses when its connection names none: derived from the host and the flow (the
+ * editor tab) the node sits on.
  */
-import { HOLDER_PATTERN } from "fencegate-client";
-
-export { HOLDER_PATTERN };
-
-/** The contract's actuator id. */
-export const ACTUATOR_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+export { ACTUATOR_PATTERN, HOLDER_PATTERN } from "fencegate-client";
 
 /** `text` with every run of characters a holder id cannot carry replaced by one "-". */
 function holderPart(text) {

@@ -25,9 +25,31 @@ const STATUS = {
   held: (v) => ({ fill: "green", shape: "dot", text: `held, token ${v.token}` }),
   standby: (v) => ({ fill: "yellow", shape: "dot", text: `standing by: held by ${v.heldBy.holder}` }),
   lost: (v) => ({ fill: "red", shape: "dot", text: `lost: ${v.code}` }),
-  waiting: (v) => ({ fill: "yellow", shape: "ring", text: `waiting: ${v.code}` }),
+  waiting: (v) => ({ fill: "yellow", shape: "ring", text: `waiting: ${v.code === "TIMEOUT" ? "no gateway answers" : v.code}` }),
   released: () => ({ fill: "grey", shape: "ring", text: "not held" }),
 };
+
+/** A status text fits the editor's node label. */
+const short = (text) => (text.length > 60 ? `${text.slice(0, 57)}…` : text);
+
+/** An actuator's state that is not online: its device does not answer, or no gateway serves it now (stopped, gone, standing by). */
+const offlineStatus = (s) => ({ fill: "red", shape: "ring", text: short(`offline: ${s.problem ?? "no gateway serves it now"}`) });
+
+/**
+ * Follows the actuator's retained state (and events) on the node's connection until the
+ * node closes; returns the stop function for its close handler.
+ */
+function watchActuator(node, connection, actuator, onItem) {
+  const watching = new AbortController();
+  (async () => {
+    const client = await connection.client();
+    if (client === null) return;
+    for await (const item of client.watch(actuator, { signal: watching.signal })) onItem(item);
+  })().catch((err) => {
+    if (!watching.signal.aborted) node.error(`fencegate: the watch of ${actuator} stopped: ${codeOf(err)} ${err.message}`);
+  });
+  return () => watching.abort();
+}
 
 /** A positive integer setting, or a sentence saying what is wrong with it. */
 function integerSetting(value, name, most) {
@@ -45,7 +67,7 @@ export function registerFencegateNodes(RED) {
     const broker = RED.nodes.getNode(config.broker);
     const problem = !broker ? "no fencegate broker configured: pick or add one in the node's settings" : !ACTUATOR_PATTERN.test(config.actuator ?? "") ? `actuator "${config.actuator ?? ""}" is not an actuator id (a-z, 0-9, _ and -, at most 64)` : (broker.problem ?? null);
     if (problem) {
-      node.status({ fill: "red", shape: "ring", text: problem.length > 60 ? `${problem.slice(0, 57)}…` : problem });
+      node.status({ fill: "red", shape: "ring", text: short(problem) });
       node.error(`fencegate: ${problem}`);
       return null;
     }
@@ -113,7 +135,7 @@ export function registerFencegateNodes(RED) {
       return;
     }
     connection.onProblem((problem) => {
-      if (problem !== null && keeper.held() === null) node.status({ fill: "yellow", shape: "ring", text: problem.length > 60 ? `${problem.slice(0, 57)}…` : problem });
+      if (problem !== null && keeper.held() === null) node.status({ fill: "yellow", shape: "ring", text: short(problem) });
       else if (problem === null && keeper.view) node.status(STATUS[keeper.view.state](keeper.view));
     });
     node.status({ fill: "grey", shape: "ring", text: config.acquireOnStart === false ? "not held" : "acquiring" });
@@ -143,10 +165,33 @@ export function registerFencegateNodes(RED) {
     if (!setup) return;
     const { broker, holder, actuator, connection } = setup;
     let inFlight = 0;
+    // The status shows the last outcome, unless something now says more: the broker is lost,
+    // or the actuator is offline (a green "applied" would stand while its gateway is gone).
+    let outcome = null;
+    let offline = null;
+    let trouble = null;
+    const showStatus = () => {
+      const status = trouble !== null ? { fill: "yellow", shape: "ring", text: short(trouble) } : (offline ?? outcome);
+      if (status !== null) node.status(status);
+    };
+    const showOutcome = (status) => {
+      outcome = status;
+      showStatus();
+    };
+    connection.onProblem((problem) => {
+      trouble = problem;
+      showStatus();
+    });
+    const stopWatching = watchActuator(node, connection, actuator, (item) => {
+      if (item.kind !== "state") return;
+      const before = offline;
+      offline = item.state.online ? null : offlineStatus(item.state);
+      if (offline?.text !== before?.text) showStatus();
+    });
 
     function refuse(msg, send, done, refusal) {
       const unknown = refusal.code === "OUTCOME_UNKNOWN" || refusal.code === "TIMEOUT";
-      node.status(unknown ? { fill: "yellow", shape: "ring", text: `outcome unknown (${refusal.code}): state re-read` } : { fill: "red", shape: "ring", text: refusal.code === "NO_LEASE" ? "refused: no lease held, nothing sent" : `refused: ${refusal.code}` });
+      showOutcome(unknown ? { fill: "yellow", shape: "ring", text: `outcome unknown (${refusal.code}): state re-read` } : { fill: "red", shape: "ring", text: refusal.code === "NO_LEASE" ? "refused: no lease held, nothing sent" : `refused: ${refusal.code}` });
       msg.payload = { outcome: unknown ? "unknown" : "refused", actuator, holder, ...refusal };
       send([null, msg]);
       done();
@@ -166,7 +211,7 @@ export function registerFencegateNodes(RED) {
       inFlight++;
       try {
         const result = await lease.command(checked.set, deadlineMs !== undefined ? { deadlineMs } : {});
-        node.status({ fill: "green", shape: "dot", text: `applied, token ${result.token} seq ${result.seq}` });
+        showOutcome({ fill: "green", shape: "dot", text: `applied, token ${result.token} seq ${result.seq}` });
         msg.payload = { outcome: "applied", actuator, holder, token: result.token, seq: result.seq, applied: result.applied };
         send([msg, null]);
         done();
@@ -190,6 +235,7 @@ export function registerFencegateNodes(RED) {
       }
     });
     node.on("close", (done) => {
+      stopWatching();
       connection.release().then(() => done(), done);
     });
   }
@@ -201,28 +247,21 @@ export function registerFencegateNodes(RED) {
     const setup = setUp(node, config);
     if (!setup) return;
     const { actuator, connection } = setup;
-    const watching = new AbortController();
     node.status({ fill: "grey", shape: "ring", text: "connecting" });
     connection.onProblem((problem) => {
-      if (problem !== null) node.status({ fill: "yellow", shape: "ring", text: problem.length > 60 ? `${problem.slice(0, 57)}…` : problem });
+      if (problem !== null) node.status({ fill: "yellow", shape: "ring", text: short(problem) });
     });
-    (async () => {
-      const client = await connection.client();
-      if (client === null) return;
-      for await (const item of client.watch(actuator, { signal: watching.signal })) {
-        if (item.kind === "state") {
-          const s = item.state;
-          node.status(!s.online ? { fill: "red", shape: "ring", text: `offline${s.problem ? `: ${s.problem.slice(0, 50)}` : ""}` } : s.lease ? { fill: "green", shape: "dot", text: `online, held by ${s.lease.holder} (token ${s.lease.token})` } : { fill: "green", shape: "ring", text: "online, no lease" });
-          node.send([{ topic: actuator, payload: s }, null]);
-        } else {
-          node.send([null, { topic: actuator, payload: item.event }]);
-        }
+    const stopWatching = watchActuator(node, connection, actuator, (item) => {
+      if (item.kind === "state") {
+        const s = item.state;
+        node.status(!s.online ? offlineStatus(s) : s.lease ? { fill: "green", shape: "dot", text: `online, held by ${s.lease.holder} (token ${s.lease.token})` } : { fill: "green", shape: "ring", text: "online, no lease" });
+        node.send([{ topic: actuator, payload: s }, null]);
+      } else {
+        node.send([null, { topic: actuator, payload: item.event }]);
       }
-    })().catch((err) => {
-      if (!watching.signal.aborted) node.error(`fencegate state: the watch of ${actuator} stopped: ${codeOf(err)} ${err.message}`);
     });
     node.on("close", (done) => {
-      watching.abort();
+      stopWatching();
       connection.release().then(() => done(), done);
     });
   }

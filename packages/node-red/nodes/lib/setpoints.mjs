@@ -16,10 +16,20 @@ function describe(value) {
   return typeof value === "object" ? "an object that is not plain" : `a ${typeof value} (${String(value)})`;
 }
 
+/**
+ * A plain object of any realm: a function node runs in its own JavaScript context, so what it
+ * builds has that context's Object.prototype, not this one's.
+ */
+function isPlainObject(value) {
+  if (typeof value !== "object" || value === null) return false;
+  const proto = Object.getPrototypeOf(value);
+  if (proto === null) return true;
+  return Object.getPrototypeOf(proto) === null && Object.prototype.toString.call(value) === "[object Object]" && typeof proto.constructor === "function" && proto.constructor.name === "Object";
+}
+
 /** `{ ok: true, set }` or `{ ok: false, message }`: one sentence naming what is wrong. */
 export function checkSetpoints(payload) {
-  const plain = typeof payload === "object" && payload !== null && [Object.prototype, null].includes(Object.getPrototypeOf(payload));
-  if (!plain) {
+  if (!isPlainObject(payload)) {
     return { ok: false, message: `msg.payload must be an object of setpoints such as {"position": 42.5}; it is ${describe(payload)}.` };
   }
   const names = Object.keys(payload);

@@ -7,9 +7,9 @@
  * acquire reply for a live lease carries the fence, and the Lease numbers above it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencegateClient } from "../../src/client/index.ts";
-import { valve } from "../support/daemon.ts";
-import { Teardown, startStack, type Stack } from "../support/stack.ts";
+import { FencegateClient } from "../src/index.ts";
+import { valve } from "../../../test/support/daemon.ts";
+import { Teardown, startStack, type Stack } from "../../../test/support/stack.ts";
 
 const teardown = new Teardown();
 let stack: Stack;

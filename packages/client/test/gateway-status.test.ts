@@ -1,6 +1,6 @@
 /** A retained state read with its gateway's status, including a gateway group member's role. */
 import { describe, expect, it } from "vitest";
-import { withGatewayStatus, type ActuatorState } from "../../src/client/index.ts";
+import { withGatewayStatus, type ActuatorState } from "../src/index.ts";
 
 const state: ActuatorState = {
   actuator: "valve-1",

@@ -6,10 +6,13 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
-import { FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError } from "../../src/client/index.ts";
-import { DaemonProcess, gatewayConfig, valve } from "../support/daemon.ts";
-import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
+import { DEFAULT_TTL_MS, FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError, type Lease } from "../src/index.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../../../test/support/daemon.ts";
+import { startMosquitto, type Broker } from "../../../test/support/mosquitto.ts";
+import { startTcpProxy } from "../../../test/support/proxy.ts";
+import { TopicWatcher, until } from "../../../test/support/watch.ts";
 
 let dir: string;
 let broker: Broker;
@@ -51,6 +54,17 @@ afterAll(async () => {
 });
 
 describe("client library", () => {
+  it("acquires without options, for the gateway's default TTL", async () => {
+    const client = await connect("lib-default-ttl");
+    const lease = await client.acquire("valve-3");
+    expect(lease.ttlMs).toBe(DEFAULT_TTL_MS);
+    await lease.release();
+  });
+
+  it("has the default TTL of the gateway's own leases.defaultTtlMs", () => {
+    expect(parseConfig({ gatewayId: "g", mqtt: { url: "mqtt://127.0.0.1" }, buses: { s: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-1", "s", 1)], journal: { path: "j.db" } }).leases.defaultTtlMs).toBe(DEFAULT_TTL_MS);
+  });
+
   it("acquires, commands with increasing seq, and releases", async () => {
     const client = await connect("lib-basic");
     const lease = await client.acquire("valve-1", { ttlMs: 2000 });
@@ -109,6 +123,34 @@ describe("client library", () => {
       broker.signal("SIGCONT");
     }
     await expect(lease.command({ position: 1 })).rejects.toBeInstanceOf(LeaseLostError);
+  });
+
+  it("with expireLocally, counts a new lease's time from when the acquire was sent, so it is lost before the gateway expires it even when the grant is slow to arrive", async () => {
+    const link = await startTcpProxy({ host: "127.0.0.1", port: broker.port });
+    const events = await TopicWatcher.connect(broker.url, ["fencegate/valve-3/events"]);
+    try {
+      const client = await FencegateClient.connect({ url: link.url, holder: "lib-slow-grant" });
+      clients.push(client);
+      link.holdAfterUpstream("valve-3/lease/acquire");
+      // The request is sent within the call (before its first await): its deadline lies between these two.
+      const before = performance.now();
+      const acquiring = client.acquire("valve-3", { ttlMs: 1500, renewEveryMs: 60_000, expireLocally: true });
+      const after = performance.now();
+      await events.waitForJson("fencegate/valve-3/events", (e) => e.type === "granted" && e.holder === "lib-slow-grant", { what: "the grant" });
+      await sleep(400); // the grant's reply waits in the proxy: a slow link back
+      link.resume();
+      const lease = await acquiring;
+      // The gateway's TTL runs from its decision, after `before`: by our clock the lease must end
+      // no later than the gateway's end, however late the grant arrived.
+      expect(lease.expiresAtMs).toBeGreaterThanOrEqual(before + 1500);
+      expect(lease.expiresAtMs).toBeLessThanOrEqual(after + 1500);
+      await new Promise<void>((resolve) => lease.once("lost", () => resolve()));
+      expect(lease.lost?.message).toMatch(/expired before a renewal/);
+    } finally {
+      link.resume();
+      await events.close();
+      await link.close();
+    }
   });
 
   it("marks the lease lost on a refusal that ends it, and reports fence and holder", async () => {
@@ -198,10 +240,57 @@ describe("client library", () => {
     await lease.release();
   });
 
+  it("watches an actuator its own lease follows: the current state comes, and the watch's end leaves the lease following it", async () => {
+    const client = await connect("lib-self-watch");
+    // No renewals: the lease runs out, and only its state subscription can tell it it is fenced.
+    const lease = await client.acquire("valve-2", { ttlMs: 1500, renewEveryMs: 60_000 });
+    const abort = new AbortController();
+    const firstState = (async () => {
+      for await (const item of client.watch("valve-2", { signal: abort.signal })) {
+        if (item.kind !== "state") continue;
+        abort.abort();
+        return item;
+      }
+    })();
+    const first = await Promise.race([firstState, sleep(2000).then(() => "no state within 2 s")]);
+    expect(first).toMatchObject({ kind: "state", state: { actuator: "valve-2", lease: { holder: "lib-self-watch", token: lease.token } } });
+    const other = await connect("lib-self-watch-next");
+    let next: Lease | undefined;
+    while (next === undefined) next = await other.acquire("valve-2", { ttlMs: 5000 }).catch(() => sleep(100).then(() => undefined)); // LEASE_HELD until the first runs out
+    await next.command({ position: 9 });
+    await until(() => lease.lost, { timeoutMs: 2000, what: "the first lease to learn of the newer token" });
+    expect(lease.lost?.message).toMatch(/newer token/);
+    await next.release();
+  });
+
   it("works over MQTT 3.1.1, replies on B/A/reply/<holder>", async () => {
     const client = await connect("lib-v311", { protocolVersion: 4 });
     const lease = await client.acquire("valve-1", { ttlMs: 2000 });
     expect(await lease.command({ position: 21 })).toMatchObject({ applied: { position: 21 } });
     await lease.release();
+  });
+});
+
+describe("what gateways announce", () => {
+  it("keeps the announcements of at most 1024 gateways: the 1024th is believed, one beyond is not", async () => {
+    const client = await connect("lib-announced", { requestTimeoutMs: 1500 });
+    const mqtt = await import("mqtt");
+    const publisher = await mqtt.default.connectAsync(broker.url, { clientId: "lib-announcer" });
+    try {
+      // The daemon's own announcement came on subscribing: 1023 more reach the limit.
+      for (let i = 1; i <= 1023; i++) {
+        await publisher.publishAsync(`fencegate/gateway/gw-${i}/actuators`, JSON.stringify({ gateway: `gw-${i}`, actuators: i === 1023 ? ["valve-edge"] : [] }), { qos: 1 });
+      }
+      await publisher.publishAsync("fencegate/gateway/gw-late/actuators", JSON.stringify({ gateway: "gw-late", actuators: ["valve-late"] }), { qos: 1 });
+      await sleep(200);
+      // Announced by the 1024th: no gateway answers, so only the timeout tells.
+      await expect(client.read("valve-edge")).rejects.toBeInstanceOf(FencegateTimeoutError);
+      const late = await client.read("valve-late").catch((err: unknown) => err);
+      expect(late).toBeInstanceOf(FencegateError);
+      expect((late as FencegateError).code).toBe("UNKNOWN_ACTUATOR");
+      expect((await client.read("valve-1")).actuator).toBe("valve-1");
+    } finally {
+      await publisher.endAsync();
+    }
   });
 });

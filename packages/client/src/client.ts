@@ -6,8 +6,11 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
-import { FencegateError, FencegateTimeoutError, type FenceView, type RefusalBody } from "./errors.ts";
-import { Lease, type LeaseOptions } from "./lease.ts";
+import { FencegateError, FencegateTimeoutError, type FenceView } from "./errors.ts";
+import { DEFAULT_TTL_MS, Lease, type LeaseOptions } from "./lease.ts";
+import { GATEWAY_STATUSES, withGatewayStatus, type ActuatorEvent, type ActuatorState, type GatewayStatus } from "./messages.ts";
+import { HOLDER_PATTERN } from "../../protocol/src/index.ts";
+import type { LeaseTransport, Reply } from "./transport.ts";
 
 export interface ClientOptions {
   /** mqtt://host:1883 or mqtts://host:8883 */
@@ -37,53 +40,7 @@ export interface ClientOptions {
   readonly clientId?: string;
 }
 
-export interface ActuatorState {
-  readonly actuator: string;
-  readonly online: boolean;
-  readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
-  readonly fence: FenceView;
-  readonly points: Readonly<Record<string, number>>;
-  readonly at: string;
-  /** The gateway serving the actuator: its `B/gateway/<id>/status` says whether this state is current. */
-  readonly gateway?: string;
-  /** The gateway's own safe-value write, while it is owed. */
-  /** How long before `at` the device last answered a read; null: not since the gateway started. */
-  readonly pointsAgeMs?: number | null;
-  readonly safeWrite?: { readonly token: number; readonly attempts: number; readonly set: Readonly<Record<string, number>> } | null;
-  /** Points whose reading is not a finite number, and what it was (fencegate extension). */
-  readonly pointFaults?: Readonly<Record<string, string>>;
-  /** Why the actuator is offline or cannot be leased (fencegate extension). */
-  readonly problem?: string;
-}
-
-/** `online` from a gateway on its own; `active` / `standby` from a gateway group's members. */
-export type GatewayStatus = "online" | "offline" | "active" | "standby";
-const GATEWAY_STATUSES: ReadonlySet<string> = new Set<GatewayStatus>(["online", "offline", "active", "standby"]);
-
-/**
- * A retained state as it stands, given its gateway's status: a gateway that is `offline`
- * (stopped, or its last will after a crash), or a group member that stands by now, serves no
- * lease and reaches no device, whatever its last retained state said.
- */
-export function withGatewayStatus(state: ActuatorState, status: GatewayStatus | undefined): ActuatorState {
-  return status === "offline" || status === "standby" ? { ...state, online: false, lease: null } : state;
-}
-
-export interface ActuatorEvent {
-  readonly type: string;
-  readonly at: string;
-  readonly holder?: string;
-  readonly token?: number;
-  readonly seq?: number;
-  readonly code?: string;
-  /** On `applied` events: the values the device confirmed. */
-  readonly applied?: Readonly<Record<string, number>>;
-}
-
 export type WatchItem = { readonly kind: "state"; readonly state: ActuatorState } | { readonly kind: "event"; readonly event: ActuatorEvent };
-
-/** A holder id, as the contract allows it. */
-export const HOLDER_PATTERN = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /**
  * The broker URL as mqtt.js's connection options. Given the URL string, mqtt.js parses it
@@ -121,13 +78,26 @@ function tlsMaterial(t: ClientOptions["tls"]): Partial<Pick<IClientOptions, "ca"
   };
 }
 
-type Reply = { id: string; ok: boolean; error?: RefusalBody } & Record<string, unknown>;
-
 /** Bound on items a slow `watch` consumer may fall behind; the oldest are dropped beyond it. */
 const WATCH_BUFFER_LIMIT = 1000;
 
-export class FencegateClient {
+/**
+ * How long a request may go unanswered before the client looks whether any gateway
+ * announces its actuator (retained `B/gateway/<id>/actuators`): a gateway serving it
+ * answers a refusal at once and most requests well within this; a gateway that does not
+ * serve it never hears it (docs/mqtt-api.md, "Several gateways on one broker").
+ */
+const UNKNOWN_ACTUATOR_AFTER_MS = 1000;
+/** The most gateways' announcements the client keeps (any broker client may publish some). */
+const MAX_ANNOUNCING_GATEWAYS = 1024;
+
+export class FencegateClient implements LeaseTransport {
   private readonly pending = new Map<string, (reply: Reply) => void>();
+  /** gatewayId → the actuator ids it announces serving. */
+  private readonly announced = new Map<string, readonly string[]>();
+  private readonly announcedFilter: string;
+  /** Listeners per subscribed filter: the broker's subscription ends with the last of them. */
+  readonly #listenersByFilter = new Map<string, number>();
   readonly base: string;
   readonly holder: string;
   private readonly v5: boolean;
@@ -145,6 +115,7 @@ export class FencegateClient {
     this.v5 = (options.protocolVersion ?? 5) === 5;
     this.replyTopic = this.v5 ? `${this.base}/_client/${options.holder}/${randomUUID()}` : `${this.base}/+/reply/${options.holder}`;
     this.requestTimeoutMs = options.requestTimeoutMs ?? 5000;
+    this.announcedFilter = `${this.base}/gateway/+/actuators`;
     mqtt.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet.properties?.correlationData));
     mqtt.on("connect", () => this.connections++);
   }
@@ -172,11 +143,45 @@ export class FencegateClient {
     (connection.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true);
     connection.on("connect", () => (connection.stream as { setNoDelay?: (on: boolean) => void }).setNoDelay?.(true));
     const client = new FencegateClient(connection, options);
-    await connection.subscribeAsync(client.replyTopic, { qos: 1 });
+    await connection.subscribeAsync([client.replyTopic, client.announcedFilter], { qos: 1 });
     return client;
   }
 
-  private onMessage(_topic: string, payload: Buffer, correlation: Buffer | undefined): void {
+  /** A gateway's retained `B/gateway/<id>/actuators`; an empty payload clears it. */
+  private onAnnouncement(topic: string, payload: Buffer): void {
+    const gatewayId = topic.split("/").at(-2)!;
+    let actuators: unknown;
+    try {
+      actuators = payload.length === 0 ? undefined : (JSON.parse(payload.toString("utf8")) as { actuators?: unknown }).actuators;
+    } catch {
+      return;
+    }
+    if (!Array.isArray(actuators)) {
+      this.announced.delete(gatewayId);
+      return;
+    }
+    if (!this.announced.has(gatewayId) && this.announced.size >= MAX_ANNOUNCING_GATEWAYS) return;
+    this.announced.set(gatewayId, actuators.filter((a): a is string => typeof a === "string"));
+  }
+
+  /**
+   * UNKNOWN_ACTUATOR if gateways announce their actuators and none lists `actuator`; null
+   * when one does, or none announces anything (then only a reply or the timeout tells).
+   */
+  private unknownActuator(actuator: string): FencegateError | null {
+    if (this.announced.size === 0) return null;
+    const all = [...this.announced];
+    if (all.some(([, ids]) => ids.includes(actuator))) return null;
+    const listed = all.flatMap(([, ids]) => ids);
+    const shown = listed.length > 12 ? `${listed.slice(0, 12).join(", ")} and ${listed.length - 12} more` : listed.join(", ") || "none";
+    return new FencegateError({
+      code: "UNKNOWN_ACTUATOR",
+      message: `No gateway on this broker serves an actuator "${actuator}": ${all.length} gateway(s) announce theirs (${all.map(([id]) => id).join(", ")}), and they serve ${shown}.`,
+    });
+  }
+
+  private onMessage(topic: string, payload: Buffer, correlation: Buffer | undefined): void {
+    if (topic.startsWith(`${this.base}/gateway/`) && topic.endsWith("/actuators")) return this.onAnnouncement(topic, payload);
     let body: unknown;
     try {
       body = JSON.parse(payload.toString("utf8"));
@@ -202,17 +207,27 @@ export class FencegateClient {
     const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
     const reply = await new Promise<Reply>((resolve, reject) => {
       const timer = setTimeout(() => {
+        clearTimeout(unknownTimer);
         this.pending.delete(id);
         reject(new FencegateTimeoutError(`no reply to ${verb} on ${actuator} within ${timeoutMs} ms`));
       }, timeoutMs);
+      const unknownTimer = setTimeout(() => {
+        const unknown = this.unknownActuator(actuator);
+        if (unknown === null) return;
+        clearTimeout(timer);
+        this.pending.delete(id);
+        reject(unknown);
+      }, Math.min(UNKNOWN_ACTUATOR_AFTER_MS, timeoutMs));
       this.pending.set(id, (r) => {
         clearTimeout(timer);
+        clearTimeout(unknownTimer);
         resolve(r);
       });
       const properties = this.v5 ? { responseTopic: this.replyTopic, correlationData: Buffer.from(id) } : undefined;
       this.mqtt.publish(`${this.base}/${actuator}/${verb}`, JSON.stringify({ id, ...body }), { qos: 1, retain: false, ...(properties ? { properties } : {}) }, (err) => {
         if (err) {
           clearTimeout(timer);
+          clearTimeout(unknownTimer);
           this.pending.delete(id);
           reject(new FencegateTimeoutError(`could not publish ${verb}: ${err.message}`));
         }
@@ -222,11 +237,14 @@ export class FencegateClient {
     return reply;
   }
 
-  /** Takes a lease on `actuator`; it renews itself until released or lost. */
-  async acquire(actuator: string, options: LeaseOptions): Promise<Lease> {
-    const reply = await this.request(actuator, "lease/acquire", { holder: this.holder, ttlMs: options.ttlMs });
+  /** Takes a lease on `actuator` (for `options.ttlMs`, default {@link DEFAULT_TTL_MS}); it renews itself until released or lost. */
+  async acquire(actuator: string, options: LeaseOptions = {}): Promise<Lease> {
+    // The lease's time runs from the request, as the gateway's does from its decision: by our
+    // clock it must end before it ends there, however long the grant took to arrive.
+    const sentAtMs = performance.now();
+    const reply = await this.request(actuator, "lease/acquire", { holder: this.holder, ttlMs: options.ttlMs ?? DEFAULT_TTL_MS });
     const granted = reply.lease as { token: number; ttlMs: number; secret?: string };
-    const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options, granted.secret);
+    const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options, granted.secret, sentAtMs);
     // Our live lease came back (we restarted within its TTL): number above the seqs used under it.
     const fence = reply.fence as FenceView | undefined;
     if (fence?.token === granted.token && fence.seq !== null) lease.skipSeqsThrough(fence.seq);
@@ -264,9 +282,20 @@ export class FencegateClient {
       if (matches(topic)) listener(topic, payload.toString("utf8"));
     };
     this.mqtt.on("message", dispatch);
-    await this.mqtt.subscribeAsync(filter, { qos: 1 });
+    // A lease and a watch may follow one topic on this connection. The broker holds one
+    // subscription for both, so it is counted, and SUBSCRIBE is sent again for each listener:
+    // mqtt.js skips a filter it has already subscribed, and only a SUBSCRIBE makes the broker
+    // send the retained state the new listener expects first.
+    this.#listenersByFilter.set(filter, (this.#listenersByFilter.get(filter) ?? 0) + 1);
+    await this.mqtt.subscribeAsync({ [filter]: { qos: 1 }, resubscribe: true } as unknown as Record<string, { qos: 1 }>);
     return async () => {
       this.mqtt.off("message", dispatch);
+      const left = (this.#listenersByFilter.get(filter) ?? 1) - 1;
+      if (left > 0) {
+        this.#listenersByFilter.set(filter, left);
+        return;
+      }
+      this.#listenersByFilter.delete(filter);
       await this.mqtt.unsubscribeAsync(filter).catch(() => {});
     };
   }

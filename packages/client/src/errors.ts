@@ -1,5 +1,5 @@
 /** Typed errors of the client library: every gateway refusal carries its contract code. */
-import type { ErrorCode } from "../core/codes.ts";
+import type { ErrorCode } from "../../protocol/src/index.ts";
 
 export interface FenceView {
   readonly token: number;

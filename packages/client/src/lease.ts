@@ -4,12 +4,20 @@
  */
 import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
-import { sign } from "../core/signature.ts";
-import type { ActuatorState, FencegateClient } from "./client.ts";
+import { sign } from "../../protocol/src/index.ts";
 import { FencegateError, FencegateTimeoutError, LeaseLostError, type RefusalBody } from "./errors.ts";
+import type { ActuatorState } from "./messages.ts";
+import type { LeaseTransport } from "./transport.ts";
+
+/**
+ * The TTL of an acquire that names none: the gateway's own default (`leases.defaultTtlMs`),
+ * so a lease is as long as the operator's configuration suggests unless asked otherwise.
+ */
+export const DEFAULT_TTL_MS = 10_000;
 
 export interface LeaseOptions {
-  readonly ttlMs: number;
+  /** How long the lease lasts without a renewal (default {@link DEFAULT_TTL_MS}); within the gateway's leases.minTtlMs..maxTtlMs. */
+  readonly ttlMs?: number;
   /** Renew this often (default ttlMs / 3: two renewals may fail before the lease is at risk). */
   readonly renewEveryMs?: number;
   /**
@@ -62,12 +70,12 @@ export class Lease extends EventEmitter {
   private renewTimer: NodeJS.Timeout | null = null;
   private expiryTimer: NodeJS.Timeout | null = null;
   /** Our own conservative view of expiry: when the last successful renewal was *sent* + ttl. */
-  private expiresAtMs: number;
+  private deadlineMs: number;
   private unwatch: (() => Promise<void>) | null = null;
 
-  /** @internal use {@link FencegateClient.acquire} */
+  /** @internal use FencegateClient.acquire */
   constructor(
-    readonly client: FencegateClient,
+    readonly client: LeaseTransport,
     readonly actuator: string,
     readonly token: number,
     readonly ttlMs: number,
@@ -77,7 +85,7 @@ export class Lease extends EventEmitter {
     sentAtMs = performance.now(),
   ) {
     super();
-    this.expiresAtMs = sentAtMs + ttlMs;
+    this.deadlineMs = sentAtMs + ttlMs;
   }
 
   /** @internal Numbers the next command above `seq` (already used under this token). */
@@ -87,6 +95,14 @@ export class Lease extends EventEmitter {
 
   get holder(): string {
     return this.client.holder;
+  }
+
+  /**
+   * When the lease ends by this process's clock (performance.now()'s timebase) unless renewed:
+   * counted from the request's send, so never after it ends at the gateway.
+   */
+  get expiresAtMs(): number {
+    return this.deadlineMs;
   }
 
   /** null while the lease is usable; otherwise why it is not. */
@@ -112,7 +128,7 @@ export class Lease extends EventEmitter {
   private armExpiry(): void {
     if (!this.options.expireLocally || this.lostReason || this.released) return;
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
-    this.expiryTimer = setTimeout(() => this.markLost(this.expired()), Math.max(0, this.expiresAtMs - performance.now()));
+    this.expiryTimer = setTimeout(() => this.markLost(this.expired()), Math.max(0, this.deadlineMs - performance.now()));
     this.expiryTimer.unref?.();
   }
 
@@ -124,7 +140,7 @@ export class Lease extends EventEmitter {
 
   private async renewNow(): Promise<void> {
     if (this.lostReason || this.released) return;
-    if (performance.now() >= this.expiresAtMs) {
+    if (performance.now() >= this.deadlineMs) {
       this.markLost(this.expired());
       return;
     }
@@ -150,7 +166,7 @@ export class Lease extends EventEmitter {
       throw err;
     }
     if (this.lostReason) return; // expired by our clock while the reply was on its way
-    this.expiresAtMs = sentAtMs + this.ttlMs;
+    this.deadlineMs = sentAtMs + this.ttlMs;
     this.armExpiry();
     this.emit("renewed");
   }

@@ -6,6 +6,8 @@
  *   lease.on("lost", (why) => ...);            // stop acting on this actuator at once
  *   await lease.command({ position: 42.5 });  // resolves once the device applied it
  */
-export { FencegateClient, HOLDER_PATTERN, withGatewayStatus, type ActuatorEvent, type ActuatorState, type ClientOptions, type GatewayStatus, type WatchItem } from "./client.ts";
+export { brokerAddress, FencegateClient, type ClientOptions, type WatchItem } from "./client.ts";
 export { FencegateError, FencegateTimeoutError, LeaseLostError, LEASE_ENDING_CODES, type FenceView, type LeaseHolderView, type RefusalBody } from "./errors.ts";
-export { Lease, type Applied, type CommandOptions, type LeaseOptions } from "./lease.ts";
+export { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../protocol/src/index.ts";
+export { withGatewayStatus, type ActuatorEvent, type ActuatorState, type GatewayStatus } from "./messages.ts";
+export { DEFAULT_TTL_MS, Lease, type Applied, type CommandOptions, type LeaseOptions } from "./lease.ts";

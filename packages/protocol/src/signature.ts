@@ -17,7 +17,7 @@
  * signed renew or release of the lease to the next (the gateway keeps the highest per lease).
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
-import type { PointValues } from "./types.ts";
+import type { PointValues } from "./values.ts";
 
 export interface SignedFields {
   readonly verb: "command" | "lease/renew" | "lease/release";

@@ -30,6 +30,8 @@ export const ERROR_CODES = [
   "DEVICE_REJECTED",
   "DEVICE_ERROR",
   "OUTCOME_UNKNOWN",
+  // Every token up to 2^53-1 was granted (a recovery floor set too high): no lease can be granted.
+  "TOKENS_EXHAUSTED",
   "INTERNAL",
 ] as const;
 

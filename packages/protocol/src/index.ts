@@ -1,0 +1,9 @@
+/**
+ * The wire contract's one home (docs/mqtt-api.md, docs/architecture.md): what the gateway,
+ * the client library and the Node-RED nodes must agree on, with no I/O and no runtime
+ * dependency. Each side imports it from here; none keeps a copy.
+ */
+export { ERROR_CODES, type ErrorCode } from "./codes.ts";
+export { ACTUATOR_PATTERN, HOLDER_PATTERN } from "./names.ts";
+export { canonicalForm, sign, verify, type SignedFields } from "./signature.ts";
+export type { PointValues } from "./values.ts";
