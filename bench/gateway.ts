@@ -4,7 +4,7 @@
  * Everything is a real process or a real device path: Mosquitto (started here, with
  * set_tcp_nodelay), the daemon as its own process (node bin/fencegate.mjs daemon, log level
  * info, metrics on, as in production), the simulated actuator on a socat pty (Modbus RTU) or
- * on TCP, controllers written with src/client. The daemon, the broker and the latency
+ * on TCP, controllers written with fencegate-client. The daemon, the broker and the latency
  * workload's simulated actuator run in their own processes; the controllers and the other
  * workloads' simulators (64 TCP devices, the 8-unit line) run in this one.
  *
@@ -12,7 +12,7 @@
  *   mqtt    one MQTT v5 request/response through the broker to a bare echo responder (noDelay, QoS 1)
  *   journal one durable SQLite journal commit of one record (openSqliteJournal)
  *   modbus  one FC16 command block (7 registers) to the same simulated device, modbus-serial direct
- * A command's floor is mqtt + modbus: it never waits for the disk (issue 14; its intent and
+ * A command's floor is mqtt + modbus: it never waits for the disk (its intent and
  * outcome are an asynchronous audit record). An acquire's floor is mqtt + journal: its grant
  * is durable before the reply.
  *
@@ -54,12 +54,11 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { SourceMap } from "node:module";
 import { parseArgs } from "node:util";
+import { brokerAddress, FencegateClient, FencegateError, LeaseLostError, type Lease } from "fencegate-client";
 import mqtt from "mqtt";
-import { brokerAddress } from "../src/client/client.ts";
 import M from "modbus-serial";
 import { openSqliteJournal } from "../src/adapters/journal/sqlite.ts";
 import { DIST_MAIN, distIsFresh } from "../bin/dist.mjs";
-import { FencegateClient, FencegateError, LeaseLostError, type Lease } from "../src/client/index.ts";
 import { FENCED, decodeFence, encodeCommandBlock } from "../firmware-bridge/src/profile.ts";
 import { createPtyPair, type PtyPair } from "../firmware-bridge/src/pty.ts";
 import { transactionLimitMs } from "../firmware-bridge/src/rtu.ts";
@@ -692,7 +691,7 @@ export interface BusResult {
   readonly directPerSecond: Spread;
   /** The gateway's commands/s over the direct master's. */
   readonly fractionOfDirect: Spread;
-  /** Commands beside polls that take half the line (issue 14 item 5). */
+  /** Commands beside polls that take half the line. */
   readonly besidePolls: BusBesidePolls;
 }
 

@@ -8,7 +8,7 @@
  *   node --import tsx examples/redundant-controller.ts --holder line-2-standby
  */
 import { parseArgs } from "node:util";
-import { FencegateClient, FencegateError, type Lease } from "../src/client/index.ts";
+import { FencegateClient, FencegateError, type Lease } from "fencegate-client";
 
 const { values } = parseArgs({
   options: {

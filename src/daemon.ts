@@ -2,27 +2,30 @@
  * The composition root: wires the real adapters (SQLite journal, Modbus buses, MQTT,
  * HTTP) to the shell and the core. Nothing here decides anything.
  */
-import { mkdirSync, readFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { pino, type Logger } from "pino";
+import { publishedConfig } from "./adapters/etcd/actuator-digest.ts";
 import { EtcdGroupMember, etcdClientFor } from "./adapters/etcd/member.ts";
 import { GatewayMetrics, serveHttp, type HealthSource } from "./adapters/http/metrics.ts";
 import type { HttpAuth } from "./adapters/http/auth.ts";
 import { StatusBoard, type ActuatorInfo } from "./adapters/http/status-board.ts";
 import { StatusRoutes } from "./adapters/http/status-routes.ts";
 import { AuditReader } from "./adapters/journal/audit.ts";
-import { openSqliteJournal, type SqliteJournal } from "./adapters/journal/sqlite.ts";
-import { ModbusBus, busLink } from "./adapters/modbus/bus.ts";
+import { JournalThread, stallReportMs } from "./adapters/journal/worker-client.ts";
+import { ModbusBus, OFFLINE_AFTER_FAILURES, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { LEASE_REQUEST_ROOM_PER_ACTUATOR, MAX_PENDING_READS_PER_ACTUATOR, MqttLink } from "./adapters/mqtt/link.ts";
-import { DuplicateGatewayError, displacedSentence, duplicateOf, identityOf, probeGateways } from "./adapters/mqtt/presence.ts";
+import { ActuatorConflictError, DuplicateGatewayError, actuatorConflictOf, actuatorsServedByOthers, displacedSentence, duplicateOf, identityOf, probeGateways, type ProbeResult } from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { leadershipConfig } from "./core/leadership.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
 import type { Clock, JournalEntry, Outbox, Scheduler } from "./shell/ports.ts";
+import { MAX_UNSERVED_ACTUATORS, UnservedActuators } from "./shell/unserved.ts";
 import { PACKAGE_ROOT } from "./package-root.ts";
+import { EXIT } from "./exit-codes.ts";
 
 export const realClock: Clock = {
   // Whole milliseconds: every time the core sees, and every expiresInMs it reports, is an integer.
@@ -40,15 +43,13 @@ export const realScheduler: Scheduler = {
 
 /** How long the start waits for the broker to ask about a gateway with the same id before it touches devices. */
 const PROBE_AT_START_MS = 3000;
-/** Exit code when another gateway has this gatewayId: a configuration problem (EX_CONFIG). */
-export const EXIT_DUPLICATE_GATEWAY = 78;
 
 /** Events kept for the first MQTT connection (a start with the broker down keeps the first ones). */
 const EVENTS_BEFORE_CONNECT_LIMIT = 1024;
 
 export interface Daemon {
   readonly gateway: Gateway;
-  readonly journal: SqliteJournal;
+  readonly journal: JournalThread;
   readonly link: MqttLink;
   readonly httpPort: number | null;
   /** Drains, flushes and disconnects; resolves when everything is closed. */
@@ -62,11 +63,19 @@ export interface Daemon {
 }
 
 export async function startDaemon(config: GatewayConfig, log: Logger = pino({ level: config.logging.level })): Promise<Daemon> {
-  mkdirSync(dirname(config.journal.path), { recursive: true });
-  // Its exclusive lock is held from here to close; every commit's fdatasync runs on libuv's
-  // thread pool, off the event loop.
-  const journal = openSqliteJournal({ path: config.journal.path, recentLimit: config.commands.recentLimit, syncStallMs: config.journal.commitStallMs });
-  let snapshots: ReturnType<SqliteJournal["load"]>;
+  // The journal's directory is never made here: one that is gone is an unmounted disk, and
+  // a missing journal starts fresh only when the configuration says so (docs/deploy.md §7).
+  // Its exclusive lock is held from here to close; the journal runs in a writer thread of its
+  // own, so that no disk access of it blocks the event loop (worker-client.ts).
+  const journal = new JournalThread({
+    path: config.journal.path,
+    recentLimit: config.commands.recentLimit,
+    syncStallMs: config.journal.commitStallMs,
+    createIfMissing: config.journal.createIfMissing,
+    stallReportMs: stallReportMs(config.journal.commitStallMs),
+    log: log.child({ component: "journal" }),
+  });
+  let snapshots: ReturnType<JournalThread["load"]>;
   try {
     snapshots = journal.load(); // throws JournalError: the caller reports it and exits
   } catch (error) {
@@ -76,18 +85,33 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   if (journal.fresh) {
     log.info({ journal: config.journal.path }, "new journal created: tokens start above the fences the fenced devices report");
   }
+  try {
+    keepGroupMembership(journal, config);
+  } catch (error) {
+    journal.close();
+    throw error;
+  }
   for (const [actuator, s] of snapshots) {
     log.info({ actuator, highestGranted: s.highestGranted, fence: s.fence }, "journal loaded");
   }
 
-  // Before any device is touched: is a gateway with this id already on the broker?
-  const identity = identityOf(config.gatewayId, config.journal.path);
-  const firstProbe = await probeGateways(config.mqtt, { gatewayId: config.gatewayId, connectTimeoutMs: PROBE_AT_START_MS });
-  const duplicate = duplicateOf(firstProbe, identity);
-  if (duplicate !== undefined) {
+  // Before any device is touched: is a gateway with this id, or one serving one of these
+  // actuators, already on the broker?
+  const identity = identityOf(config.gatewayId, config.journal.path, { actuators: config.actuators.map((a) => a.id), group: config.group?.name });
+  const refusal = (probe: ProbeResult): DuplicateGatewayError | ActuatorConflictError | undefined => {
+    const duplicate = duplicateOf(probe, identity);
+    if (duplicate !== undefined) return new DuplicateGatewayError(config.gatewayId, duplicate, config.mqtt.url);
+    const conflict = actuatorConflictOf(probe, identity);
+    return conflict === undefined ? undefined : new ActuatorConflictError(identity, conflict.other, conflict.actuators, config.mqtt.url);
+  };
+  const firstProbe = await probeGateways(config.mqtt, { connectTimeoutMs: PROBE_AT_START_MS });
+  const refused = refusal(firstProbe);
+  if (refused !== undefined) {
     journal.close();
-    throw new DuplicateGatewayError(config.gatewayId, duplicate, config.mqtt.url);
+    throw refused;
   }
+  const unserved = new UnservedActuators(config.gatewayId, new Set(config.actuators.map((a) => a.id)), realClock, snapshots, config.group?.name);
+  unserved.servedByOthers(actuatorsServedByOthers(firstProbe, identity));
 
   // Gateway group: the member is made below, once the gateway exists; the buses ask it before every frame.
   let member: EtcdGroupMember | null = null;
@@ -104,7 +128,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
           reopenMinMs: bus.reconnect.minMs,
           reopenMaxMs: bus.reconnect.maxMs,
           quietAfterTimeoutMs: quietAfterTimeoutMs(bus.timeoutMs),
-          offlineAfterFailures: 2,
+          offlineAfterFailures: OFFLINE_AFTER_FAILURES,
           queueLimitPerUnit: config.commands.queueLimit * 4,
           ...permit,
         },
@@ -131,13 +155,13 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   const fatal = new Promise<number>((resolve) => (resolveFatal = resolve));
   const stopForDuplicate = (sentence: string) => {
     log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, sentence);
-    resolveFatal(EXIT_DUPLICATE_GATEWAY);
+    resolveFatal(EXIT.CONFIG);
   };
   const link = new MqttLink({
     mqtt: config.mqtt,
     gatewayId: config.gatewayId,
     identity,
-    otherWithSameId: async () => duplicateOf(await probeGateways(config.mqtt, { gatewayId: config.gatewayId }), identity),
+    otherWithSameId: async () => duplicateOf(await probeGateways(config.mqtt), identity),
     onDisplaced: (by) => stopForDuplicate(displacedSentence(config.gatewayId, config.mqtt.clientId, by)),
     limits: {
       maxPayloadBytes: config.mqtt.maxPayloadBytes,
@@ -150,6 +174,12 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     maxPendingReadsPerActuator: MAX_PENDING_READS_PER_ACTUATOR,
     maxPendingRequestsPerActuator: config.commands.queueLimit + 1 + LEASE_REQUEST_ROOM_PER_ACTUATOR,
     ...(config.group === undefined ? {} : { role: "standby" as const }),
+    budgets: config.mqtt.requestBudget,
+    unservedStates: () => unserved.views(),
+    onRefused: (actuator, holder, code) => {
+      metrics?.onRefusedAtDoor(code);
+      gateway.refusals.note(actuator, holder, code);
+    },
   });
 
   let metrics: GatewayMetrics | null = null;
@@ -178,7 +208,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     try {
       board?.durable(entries);
     } catch (err) {
-      log.error({ err: String(err) }, "the status page could not take a journal record; decisions go on");
+      log.error({ err }, "the status page could not take a journal record; decisions go on");
     }
   };
 
@@ -203,13 +233,13 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       onDurable,
       onFatal: () => {
         journalFailed = true;
-        resolveFatal(74);
+        resolveFatal(EXIT.JOURNAL);
       },
       ...(config.group === undefined ? {} : { group: { commitGrant: (a, t) => member!.commitGrant(a, t), readToken: (a) => member!.readToken(a), mayDriveDevices: () => member!.mayDriveDevices(), stale: (why) => member!.stale(why) } }),
     },
     snapshots,
   );
-  if (config.group !== undefined) member = groupMember(config, gateway, buses, link, log);
+  if (config.group !== undefined) member = groupMember(config, gateway, buses, link, unserved, log);
 
   /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
   const daemonProblem = (): string | null => {
@@ -228,7 +258,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     // device). One bus or device down is in the details, not a 503: the rest still serve.
     // Not the watchdog's rule: an unplugged adapter must not get the daemon restarted.
     // A group's standby opens no bus, by design.
-    problem: () => daemonProblem() ?? (gateway.serving && buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
+    // A group member that has not reached etcd for longer than a TTL cannot tell whether
+    // anything serves; one whose actuators differ from another member's will not take over.
+    // A saturated audit queue is a 503 (commands are refused), not the watchdog's: a slow
+    // disk must not get the daemon restarted.
+    problem: () => daemonProblem() ?? member?.etcdProblem() ?? member?.configProblem() ?? gateway.committer.saturation() ?? (gateway.serving && buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
     details: () => ({
       ...(member ? { group: member.phase } : {}),
       mqtt: link.connected,
@@ -257,6 +291,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
           auditLag: journalLag,
           journalProblem: () => journal.problem(),
           healthProblem: () => health.problem(),
+          ...(member ? { group: () => ({ phase: member!.phase, etcdProblem: member!.etcdProblem() }) } : {}),
         },
       });
       statusRoutes = new StatusRoutes({
@@ -271,6 +306,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
         status: statusRoutes,
         auth: httpAuth(config),
         maxConnections: config.metrics.statusPage.maxEventStreams + 64,
+        hostNames: config.metrics.hostNames,
       });
     } catch (err) {
       statusRoutes?.close();
@@ -320,10 +356,10 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       // The same line as the link's own connection errors (a refused password reads the same).
       log.warn({ err: probe.reason, broker: config.mqtt.url, retryInMs: waitMs }, "MQTT error");
       await new Promise((resolve) => setTimeout(resolve, waitMs));
-      probe = await probeGateways(config.mqtt, { gatewayId: config.gatewayId });
+      probe = await probeGateways(config.mqtt);
     }
-    const other = duplicateOf(probe, identity);
-    if (other !== undefined) return stopForDuplicate(new DuplicateGatewayError(config.gatewayId, other, config.mqtt.url).message);
+    const refusedLate = refusal(probe);
+    if (refusedLate !== undefined) return stopForDuplicate(refusedLate.message);
     if (stopping) return;
     // A group member campaigns only once it is known to be the only one with its id.
     member?.start();
@@ -371,6 +407,32 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   };
 }
 
+/**
+ * A journal that served in a gateway group and is started without `group:` (taken out of
+ * the group, or the section lost in an edit) would serve beside the group's active gateway:
+ * two grants of one token. Refused until `fencegate journal leave-group` says it is meant.
+ */
+export class LeftGroupError extends Error {
+  override readonly name = "LeftGroupError";
+  constructor(
+    readonly journalPath: string,
+    readonly group: string,
+  ) {
+    super(
+      `The journal ${journalPath} served in gateway group "${group}", and this configuration has no group section: alone, this gateway would serve its actuators beside the group's active gateway, and both would grant the same tokens. Put the group section back; or, if this gateway leaves the group for good and no other member serves these actuators any more, run fencegate journal leave-group once.`,
+    );
+  }
+}
+
+function keepGroupMembership(journal: JournalThread, config: GatewayConfig): void {
+  const was = journal.group();
+  if (config.group !== undefined) {
+    if (was !== config.group.name) journal.setGroup(config.group.name);
+  } else if (was !== null) {
+    throw new LeftGroupError(config.journal.path, was);
+  }
+}
+
 function actuatorInfo(a: GatewayConfig["actuators"][number]): ActuatorInfo {
   return {
     id: a.id,
@@ -404,9 +466,19 @@ function packageVersion(): string {
  * only then takes requests. On stepping down, device I/O has already stopped (the buses
  * ask the member before every frame); leases end, the buses close, requests stop.
  */
-function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap<string, ModbusBus>, link: MqttLink, log: Logger): EtcdGroupMember {
+function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap<string, ModbusBus>, link: MqttLink, unserved: UnservedActuators, log: Logger): EtcdGroupMember {
   const group = config.group!;
   let activation = 0;
+  /** Once active: the actuators the group has granted on that this gateway does not serve are said to be unserved. */
+  const publishGroupUnserved = async (activated: number) => {
+    try {
+      unserved.groupTokens(await member.groupTokens(MAX_UNSERVED_ACTUATORS + config.actuators.length));
+    } catch (err) {
+      log.warn({ err }, "could not read the group's tokens from etcd; actuators only the group knows are not said to be unserved");
+    }
+    if (activated !== activation || member.phase !== "active") return;
+    for (const view of unserved.views()) link.state(view);
+  };
   const member: EtcdGroupMember = new EtcdGroupMember({
     client: etcdClientFor(group),
     group: group.name,
@@ -415,6 +487,7 @@ function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap
     clock: realClock,
     scheduler: realScheduler,
     log: log.child({ component: "group" }),
+    published: publishedConfig(config),
     onActivate: (term) => {
       const mine = ++activation;
       const startedMs = performance.now();
@@ -428,6 +501,7 @@ function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap
             const view = gateway.view(id);
             if (view) link.state(view);
           }
+          void publishGroupUnserved(mine);
           log.info({ term: term.revision, takeoverMs: Math.round(performance.now() - startedMs), secured: gateway.allSecured() }, "serving as the group's active gateway");
         });
     },

@@ -10,8 +10,8 @@ import { promisify } from "node:util";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { brokerAddress } from "fencegate-client";
 import mqtt from "mqtt";
-import { brokerAddress } from "../src/client/client.ts";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
@@ -57,7 +57,7 @@ beforeAll(async () => {
     ...embedded,
     mqtt: { ...embedded.mqtt, url: broker.url },
     buses: { sim: { ...embedded.buses.sim, port: sim.tcp!.port } },
-    journal: { path: join(dir, "journal.db") },
+    journal: { ...embedded.journal, path: join(dir, "journal.db") },
     metrics: { ...embedded.metrics, port: metricsPort }, // 9464 may be taken on a shared machine
   });
   ({ daemon } = await DaemonProcess.startOnFreeMetricsPort(dir, configFor));

@@ -4,25 +4,12 @@
  * exit with a code per class of outcome so scripts can branch on it.
  */
 import { hostname } from "node:os";
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import type { ParseArgsConfig } from "node:util";
+import { DEFAULT_TTL_MS, FencegateClient, FencegateError, FencegateTimeoutError, HOLDER_PATTERN, withGatewayStatus, type ActuatorState } from "fencegate-client";
 import { loadConfigFile } from "../config/load.ts";
-import { FencegateClient, FencegateError, FencegateTimeoutError, withGatewayStatus, type ActuatorState } from "../client/index.ts";
-import { HOLDER_PATTERN } from "../client/client.ts";
-
-/** Exit codes: one per class of outcome. */
-export const EXIT = {
-  OK: 0,
-  /** The lease or fence said no: LEASE_HELD, NOT_HOLDER, LEASE_EXPIRED, STALE_TOKEN, UNKNOWN_TOKEN, STALE_SEQ, DUPLICATE. */
-  REFUSED: 2,
-  /** The device failed or may have acted: DEVICE_REJECTED, DEVICE_ERROR, OUTCOME_UNKNOWN. */
-  DEVICE: 3,
-  /** Try again later: DEVICE_UNAVAILABLE, OVERLOADED, DEADLINE_EXCEEDED, no reply, broker unreachable. */
-  UNAVAILABLE: 4,
-  /** The request itself is wrong: INVALID_REQUEST, RETAINED_REQUEST, UNKNOWN_ACTUATOR, point errors. */
-  INVALID: 5,
-  USAGE: 64,
-  INTERNAL: 70,
-} as const;
+import { ArgsError, parseCommandLine } from "./args.ts";
+import { SeqCounterError, SeqCounters, stateDir } from "./seq-counter.ts";
+import { EXIT } from "../exit-codes.ts";
 
 const CODE_CLASS: Record<string, number> = {
   LEASE_HELD: EXIT.REFUSED,
@@ -46,6 +33,7 @@ const CODE_CLASS: Record<string, number> = {
   OUT_OF_RANGE: EXIT.INVALID,
   BAD_SIGNATURE: EXIT.REFUSED,
   REPLAYED_REQUEST: EXIT.REFUSED,
+  TOKENS_EXHAUSTED: EXIT.REFUSED,
   INTERNAL: EXIT.INTERNAL,
 };
 
@@ -82,6 +70,8 @@ interface Command {
   readonly summary: string;
   readonly usage: string;
   readonly examples: readonly string[];
+  /** Said after the examples in --help. */
+  readonly notes?: readonly string[];
   readonly options: ParseArgsConfig["options"];
   readonly run: (ctx: Context) => Promise<number>;
 }
@@ -90,6 +80,10 @@ interface Context {
   readonly args: readonly string[];
   readonly values: Record<string, string | boolean | undefined>;
   readonly json: boolean;
+  /** The connection settings (flags, environment, --config), checked; no connection yet. */
+  settings(): ConnectionSettings;
+  /** The --config file's leases.defaultTtlMs, else the client library's default. */
+  defaultTtlMs(): number;
   connect(): Promise<FencegateClient>;
   /**
    * `request` (a request to the gateway), or an error saying plainly that no gateway is
@@ -160,6 +154,8 @@ function parseSet(pairs: readonly string[]): Record<string, number> {
   for (const pair of pairs) {
     const m = /^([A-Za-z0-9_.-]+)=(.*)$/.exec(pair);
     if (!m || !DECIMAL.test(m[2]!)) throw new UsageError(`"${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)`);
+    // A command carries one value per point: which of two the operator meant is a guess.
+    if (Object.hasOwn(set, m[1]!)) throw new UsageError(`${m[1]} is given twice (${m[1]}=${set[m[1]!]} and ${pair}): give each point once`);
     set[m[1]!] = Number(m[2]);
   }
   return set;
@@ -209,12 +205,16 @@ function leaseTokenCommand(
 const COMMANDS: Record<string, Command> = {
   "lease acquire": {
     summary: "take the lease on an actuator and print its token",
-    usage: "fencegate lease acquire ACTUATOR --ttl-ms N",
-    examples: ["fencegate lease acquire valve-1 --ttl-ms 30000 --holder line-2", "TOKEN=$(fencegate lease acquire valve-1 --ttl-ms 30000 --json | jq .token)"],
+    usage: "fencegate lease acquire ACTUATOR [--ttl-ms N]",
+    examples: [
+      "fencegate lease acquire valve-1 --ttl-ms 30000 --holder line-2",
+      `fencegate lease acquire valve-1 -c /etc/fencegate/gateway.yaml   # ttl: its leases.defaultTtlMs (without -c: ${DEFAULT_TTL_MS} ms)`,
+      "TOKEN=$(fencegate lease acquire valve-1 --ttl-ms 30000 --json | jq .token)",
+    ],
     options: { "ttl-ms": { type: "string" } },
     async run(ctx) {
       const actuator = need(ctx, 0, "ACTUATOR");
-      const ttlMs = requiredInteger(ctx.values["ttl-ms"], "ttl-ms", 1);
+      const ttlMs = integer(ctx.values["ttl-ms"], "ttl-ms", 1) ?? ctx.defaultTtlMs();
       const client = await ctx.connect();
       const reply = await ctx.answered(client.request(actuator, "lease/acquire", { holder: client.holder, ttlMs }));
       const lease = reply.lease as { holder: string; token: number; ttlMs: number };
@@ -234,17 +234,36 @@ const COMMANDS: Record<string, Command> = {
       "fencegate send valve-1 position=42.5 --token 7 --holder line-2",
       "fencegate send valve-1 position=0 --token 7 --seq 12 --deadline-ms 2000 --holder line-2",
     ],
+    notes: [
+      "Without --seq: one more than the last seq sent from this account under the same broker,",
+      "actuator, holder and token (a counter in $FENCEGATE_STATE_DIR, else ~/.local/state/fencegate;",
+      "not the clock, which may step back), moved above the gateway's fence when it answers",
+      "STALE_SEQ or DUPLICATE. Sending under one token from several places at once: give --seq.",
+    ],
     options: { token: { type: "string" }, seq: { type: "string" }, "deadline-ms": { type: "string" } },
     async run(ctx) {
       const actuator = need(ctx, 0, "ACTUATOR");
       const set = parseSet(ctx.args.slice(1));
       const token = requiredInteger(ctx.values.token, "token", 1);
-      // Without --seq, milliseconds since the epoch: rises between invocations; if the clock
-      // steps back the gateway refuses STALE_SEQ (safe), it never mis-orders.
-      const seq = integer(ctx.values.seq, "seq") ?? Date.now();
+      const given = integer(ctx.values.seq, "seq");
       const deadlineMs = integer(ctx.values["deadline-ms"], "deadline-ms", 1);
+      const settings = ctx.settings();
+      const counters = given === undefined ? new SeqCounters(stateDir()) : null;
+      const key = `${new URL(settings.url).host}/${settings.baseTopic}/${actuator} ${settings.holder} ${token}`;
+      let seq = given ?? counters!.next(key);
       const client = await ctx.connect();
-      const reply = await ctx.answered(client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) }));
+      const send = () => ctx.answered(client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) }));
+      let reply;
+      try {
+        reply = await send();
+      } catch (err) {
+        // The counter's seq was used elsewhere under this holder and token (another machine, a
+        // lost state file): nothing was applied; once more, above the fence.
+        const fence = err instanceof FencegateError ? err.fence : undefined;
+        if (counters === null || !(err instanceof FencegateError) || !["STALE_SEQ", "DUPLICATE"].includes(err.code) || fence?.token !== token || fence.seq === null) throw err;
+        seq = counters.next(key, fence.seq + 1);
+        reply = await send();
+      }
       const applied = reply.applied as Record<string, number>;
       ctx.print(`${actuator}: applied ${Object.entries(applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${token}, seq ${seq})`, { actuator, token, seq, applied });
       return EXIT.OK;
@@ -324,7 +343,7 @@ const COMMANDS: Record<string, Command> = {
           const e = item.event;
           const applied = e.applied && Object.entries(e.applied).map(([k, v]) => `${k}=${v}`).join(" ");
           const detail = [applied, e.holder && `holder=${e.holder}`, e.token !== undefined && `token=${e.token}`, e.seq !== undefined && `seq=${e.seq}`, e.code && `code=${e.code}`].filter(Boolean).join(" ");
-          ctx.printItem(`[${e.at}] ${e.type.padEnd(15)} ${detail}`, item);
+          ctx.printItem(`[${e.at}] ${(EVENT_WORDS[e.type] ?? e.type).padEnd(15)} ${detail}`, item);
         }
         if (count !== undefined && ++seen >= count) break;
       }
@@ -333,8 +352,11 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
+/** Events as people read them, the status page's words; --json keeps the wire's types (docs/mqtt-api.md). */
+const EVENT_WORDS: Readonly<Record<string, string>> = { rejected: "refused", "outcome-unknown": "outcome unknown" };
+
 function helpFor(name: string, cmd: Command): string {
-  return [`usage: ${cmd.usage}`, "", cmd.summary, "", "examples:", ...cmd.examples.map((e) => `  ${e}`), "", COMMON_HELP].join("\n");
+  return [`usage: ${cmd.usage}`, "", cmd.summary, "", "examples:", ...cmd.examples.map((e) => `  ${e}`), "", ...(cmd.notes ? [...cmd.notes, ""] : []), COMMON_HELP].join("\n");
 }
 
 /** A usage error in three lines: what is wrong, the usage line, where the rest is. */
@@ -342,8 +364,23 @@ function shortUsage(name: string, message: string, usage: string): string {
   return `fencegate ${name}: ${message}\nusage: ${usage}\nRun \`fencegate ${name} --help\` for the options and examples.`;
 }
 
-export function controllerHelp(): string[] {
-  return Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(14)} ${c.summary}`);
+/** The options of these commands, by the wire fields the gateway names in INVALID_REQUEST. */
+const FLAG_OF_FIELD: Record<string, string> = { ttlMs: "--ttl-ms", deadlineMs: "--deadline-ms", seq: "--seq", token: "--token", holder: "--holder" };
+
+/** A reply as a sentence for people: the original outcome a DUPLICATE repeats. */
+function outcomeText(reply: unknown): string {
+  const r = reply as { ok?: boolean; applied?: Record<string, number>; token?: number; seq?: number; error?: { code?: string; message?: string } } | null;
+  if (r?.ok === true && r.applied) return `applied ${Object.entries(r.applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${r.token}, seq ${r.seq})`;
+  if (r?.ok === false && r.error) return `refused ${r.error.code}: ${r.error.message}`;
+  return JSON.stringify(reply);
+}
+
+function refusalText(err: FencegateError): string {
+  // The gateway names its wire fields (ttlMs); the operator typed the CLI's flags (--ttl-ms).
+  const message = err.code === "INVALID_REQUEST" ? err.message.replace(/\b(ttlMs|deadlineMs|seq|token|holder)(?= must)/g, (f) => FLAG_OF_FIELD[f]!) : err.message;
+  const lines = [`${message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`];
+  if (err.original !== undefined) lines.push(`  original: ${outcomeText(err.original)}`);
+  return lines.join("\n");
 }
 
 /** Commands with subcommands ("lease acquire"): their names and what each does. */
@@ -354,10 +391,6 @@ function groupHelp(group: string): string | null {
   return [`usage: fencegate ${group} <${members.map(([name]) => name.slice(group.length + 1)).join("|")}> ACTUATOR [options]`, "", ...members.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`), "", `Run \`fencegate ${group} <command> --help\` for its options and examples.`].join("\n");
 }
 
-export function isControllerCommand(argv: readonly string[]): boolean {
-  return resolveCommand(argv) !== null;
-}
-
 function resolveCommand(argv: readonly string[]): { name: string; rest: string[] } | null {
   const two = `${argv[0]} ${argv[1]}`;
   if (COMMANDS[two]) return { name: two, rest: argv.slice(2) };
@@ -365,14 +398,35 @@ function resolveCommand(argv: readonly string[]): { name: string; rest: string[]
   return null;
 }
 
+const BROKER_PROTOCOLS = ["mqtt:", "mqtts:", "ws:", "wss:"];
+
+/** The broker URL, or a usage error naming where it came from. */
+function brokerUrl(url: string, from: string): string {
+  let parsed: URL | null = null;
+  try {
+    parsed = new URL(url);
+  } catch {
+    // not a URL at all: said below
+  }
+  if (parsed === null || !BROKER_PROTOCOLS.includes(parsed.protocol) || parsed.hostname === "") {
+    throw new UsageError(`${from} "${url.slice(0, 200)}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`);
+  }
+  return url;
+}
+
+type ConnectionSettings = ReturnType<typeof connectionSettings>;
+
 function connectionSettings(values: Record<string, string | boolean | undefined>) {
   const env = process.env;
   const file = typeof values.config === "string" ? loadConfigFile(values.config) : undefined;
   const str = (v: string | boolean | undefined) => (typeof v === "string" ? v : undefined);
   const holder = str(values.holder) ?? env.FENCEGATE_HOLDER ?? `cli-${hostname().replace(/[^A-Za-z0-9._:-]/g, "-")}`;
   if (!HOLDER_PATTERN.test(holder)) throw new UsageError(`holder "${holder}" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)`);
+  const url =
+    str(values.broker) !== undefined ? brokerUrl(str(values.broker)!, "--broker") : env.FENCEGATE_BROKER ? brokerUrl(env.FENCEGATE_BROKER, "FENCEGATE_BROKER") : (file?.mqtt.url ?? "mqtt://127.0.0.1:1883");
   return {
-    url: str(values.broker) ?? env.FENCEGATE_BROKER ?? file?.mqtt.url ?? "mqtt://127.0.0.1:1883",
+    url,
+    defaultTtlMs: file?.leases.defaultTtlMs ?? DEFAULT_TTL_MS,
     holder,
     baseTopic: str(values.base) ?? env.FENCEGATE_BASE ?? file?.mqtt.baseTopic ?? "fencegate",
     username: str(values.username) ?? env.FENCEGATE_USERNAME ?? file?.mqtt.username,
@@ -420,9 +474,10 @@ export async function runController(argv: string[]): Promise<number> {
   const cmd = COMMANDS[resolved.name]!;
   let parsed;
   try {
-    parsed = parseArgs({ args: resolved.rest, options: { ...COMMON_OPTIONS, ...cmd.options }, allowPositionals: true, strict: true });
+    parsed = parseCommandLine(resolved.rest, { ...COMMON_OPTIONS, ...cmd.options });
   } catch (err) {
-    console.error(shortUsage(resolved.name, (err as Error).message, cmd.usage));
+    if (!(err instanceof ArgsError)) throw err;
+    console.error(shortUsage(resolved.name, err.message, cmd.usage));
     return EXIT.USAGE;
   }
   const values = parsed.values as Record<string, string | boolean | undefined>;
@@ -432,14 +487,17 @@ export async function runController(argv: string[]): Promise<number> {
   }
   const json = values.json === true;
   let client: FencegateClient | null = null;
-  let brokerUrl = "the broker";
+  let broker = "the broker";
+  let settings: ConnectionSettings | null = null;
   const ctx: Context = {
     args: parsed.positionals,
     values,
     json,
+    settings: () => (settings ??= connectionSettings(values)),
+    defaultTtlMs: () => ctx.settings().defaultTtlMs,
     async connect() {
-      const settings = connectionSettings(values);
-      brokerUrl = settings.url;
+      const settings = ctx.settings();
+      broker = settings.url;
       const timeoutMs = integer(values["timeout-ms"], "timeout-ms", 1) ?? 5000;
       const connected = await connectNegotiating(settings, values.mqtt3 === true, timeoutMs);
       client = connected;
@@ -452,7 +510,7 @@ export async function runController(argv: string[]): Promise<number> {
       );
       const slow = new Promise<"slow">((resolve) => setTimeout(() => resolve("slow"), NO_GATEWAY_MS).unref());
       if ((await Promise.race([settled, slow])) === "slow" && client !== null && !(await anyGatewayOnline(client))) {
-        throw new NoGatewayError(`no fencegate gateway is online on ${brokerUrl} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`);
+        throw new NoGatewayError(`no fencegate gateway is online on ${broker} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`);
       }
       return request;
     },
@@ -466,18 +524,18 @@ export async function runController(argv: string[]): Promise<number> {
   try {
     return await cmd.run(ctx);
   } catch (err) {
-    if (err instanceof UsageError) {
+    if (err instanceof UsageError || err instanceof SeqCounterError) {
       console.error(shortUsage(resolved.name, err.message, cmd.usage));
       return EXIT.USAGE;
     }
     if (err instanceof FencegateError) {
       if (json) console.log(JSON.stringify({ ok: false, error: { code: err.code, message: err.message.replace(/^[A-Z_]+: /, ""), fence: err.fence, lease: err.lease, original: err.original } }));
-      else console.error(`${err.message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`);
+      else console.error(refusalText(err));
       return CODE_CLASS[err.code] ?? EXIT.INTERNAL;
     }
     const code = (err as { code?: string }).code;
     if (err instanceof FencegateTimeoutError || err instanceof NoGatewayError || code === "ECONNREFUSED") {
-      const message = code === "ECONNREFUSED" ? `cannot reach the broker at ${brokerUrl}: connection refused (is it running? set --broker or FENCEGATE_BROKER)` : (err as Error).message;
+      const message = code === "ECONNREFUSED" ? `cannot reach the broker at ${broker}: connection refused (is it running? set --broker or FENCEGATE_BROKER)` : (err as Error).message;
       if (json) console.log(JSON.stringify({ ok: false, error: { code: err instanceof NoGatewayError ? "NO_GATEWAY" : "TIMEOUT", message } }));
       else console.error(`no answer: ${message}`);
       return EXIT.UNAVAILABLE;

@@ -1,19 +1,18 @@
 /** `fencegate daemon --config FILE`: the gateway itself. */
-import { parseArgs } from "node:util";
+import { parseCommandLine } from "./args.ts";
 import { pino } from "pino";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { HttpListenError } from "../adapters/http/metrics.ts";
-import { startDaemon } from "../daemon.ts";
+import { LeftGroupError, startDaemon } from "../daemon.ts";
 import { JournalError } from "../shell/ports.ts";
-import { DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
+import { ActuatorConflictError, DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
 import { LOG_FORMATS, prettyDestination, type LogFormat } from "./pretty-log.ts";
+import { EXIT } from "../exit-codes.ts";
 
 /** 78 (EX_CONFIG) also when a port the configuration names is in use: the setting is named. */
-export const EXIT = { OK: 0, USAGE: 64, CONFIG: 78, JOURNAL: 74, INTERNAL: 70 } as const;
-
 const HELP = `usage: fencegate daemon --config FILE [--log-level LEVEL] [--log-format pretty|json]
 
 Runs the gateway: owns the Modbus buses, answers the MQTT API, keeps the journal.
@@ -29,20 +28,18 @@ examples:
   fencegate daemon --config /etc/fencegate/gateway.yaml
   fencegate daemon -c config/embedded.yaml --log-level debug
 
-exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable, failing or missing committed
-            history (see fencegate journal recover), 78 configuration invalid, a port it
-            names in use, or another gateway with the same gatewayId on the broker`;
+exit codes: 0 stopped cleanly, 64 usage, 74 journal missing (see fencegate journal init),
+            unreadable, failing or missing committed history (see fencegate journal
+            recover), 78 configuration invalid, a port it names in use, another gateway
+            with the same gatewayId on the broker, or SQLite not installed or built for
+            another Node (the message says how)`;
 
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: { config: { type: "string", short: "c" }, "log-level": { type: "string" }, "log-format": { type: "string" }, help: { type: "boolean", short: "h" } },
-      strict: true,
-    }));
+    ({ values } = parseCommandLine(argv, { config: { type: "string", short: "c" }, "log-level": { type: "string" }, "log-format": { type: "string" }, help: { type: "boolean", short: "h" } }, false));
   } catch (err) {
-    console.error(`fencegate daemon: ${(err as Error).message}\nRun \`fencegate daemon --help\` for the options.`);
+    console.error(`fencegate daemon: ${(err as Error).message}\n${HELP.split("\n")[0]}  (\`fencegate daemon --help\` for the options)`);
     return EXIT.USAGE;
   }
   if (values.help) {
@@ -75,7 +72,7 @@ export function portInUse(err: unknown, port: number): boolean {
 }
 
 /** Loads the configuration, runs the daemon until SIGTERM/SIGINT, returns the exit code. */
-export async function runDaemon(configPath: string, logLevel?: string, logFormat?: LogFormat): Promise<number> {
+async function runDaemon(configPath: string, logLevel?: string, logFormat?: LogFormat): Promise<number> {
   const config = loadConfigOrSay(configPath);
   return config === null ? EXIT.CONFIG : serve(config, logLevel, configPath, logFormat);
 }
@@ -100,13 +97,17 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
   try {
     daemon = await startDaemon(config, log);
   } catch (err) {
-    if (err instanceof DuplicateGatewayError) {
+    if (err instanceof DuplicateGatewayError || err instanceof ActuatorConflictError) {
       log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, err.message);
       return flushed(EXIT.CONFIG);
     }
+    if (err instanceof LeftGroupError) {
+      log.fatal({ code: "JOURNAL_IN_GROUP", journal: err.journalPath, group: err.group, ...(configPath !== undefined ? { leaveGroup: `fencegate journal leave-group --config ${configPath}` } : {}) }, err.message);
+      return flushed(EXIT.CONFIG);
+    }
     if (err instanceof JournalError) {
-      const recover = err.code === "JOURNAL_LOST_HISTORY" && configPath !== undefined ? { recover: `fencegate journal recover --config ${configPath}` } : {};
-      log.fatal({ code: err.code, journal: config.journal.path, ...recover }, err.message);
+      const command = configPath === undefined ? {} : err.code === "JOURNAL_LOST_HISTORY" ? { recover: `fencegate journal recover --config ${configPath}` } : err.code === "JOURNAL_MISSING" ? { init: `fencegate journal init --config ${configPath}` } : {};
+      log.fatal({ code: err.code, journal: config.journal.path, ...command }, err.message);
       return flushed(EXIT.JOURNAL);
     }
     if (err instanceof HttpListenError) {
@@ -114,7 +115,7 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
       log.fatal({ setting: err.setting, host, port }, err.message);
       return flushed(EXIT.CONFIG);
     }
-    log.fatal({ err: String(err) }, `the daemon could not start: ${err instanceof Error ? err.message : String(err)}`);
+    log.fatal({ err }, `the daemon could not start: ${err instanceof Error ? err.message : String(err)}`);
     return flushed(EXIT.INTERNAL);
   }
   // Under systemd (Type=notify, WatchdogSec=): ready once the journal is loaded and the

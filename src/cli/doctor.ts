@@ -1,8 +1,7 @@
 /** `fencegate doctor --config FILE`: what is wrong with a configuration and this machine, and how to fix it. */
-import { parseArgs } from "node:util";
+import { parseCommandLine } from "./args.ts";
 import { runDoctor, type Finding, type Status } from "../doctor/checks.ts";
-
-export const EXIT = { OK: 0, PROBLEMS: 1, WARNINGS: 2, USAGE: 64 } as const;
+import { EXIT } from "../exit-codes.ts";
 
 const HELP = `usage: fencegate doctor --config FILE [--json] [--strict]
 
@@ -32,13 +31,9 @@ const LABEL: Record<Status, string> = { ok: "ok", info: "info", warn: "WARN", fa
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({
-      args: argv,
-      options: { config: { type: "string", short: "c" }, json: { type: "boolean" }, strict: { type: "boolean" }, help: { type: "boolean", short: "h" } },
-      strict: true,
-    }));
+    ({ values } = parseCommandLine(argv, { config: { type: "string", short: "c" }, json: { type: "boolean" }, strict: { type: "boolean" }, help: { type: "boolean", short: "h" } }, false));
   } catch (err) {
-    console.error(`fencegate doctor: ${(err as Error).message}\n\n${HELP}`);
+    console.error(`fencegate doctor: ${(err as Error).message}\n${HELP.split("\n")[0]}  (\`fencegate doctor --help\` for the options)`);
     return EXIT.USAGE;
   }
   if (values.help) {
@@ -52,7 +47,7 @@ export async function main(argv: string[]): Promise<number> {
   const findings = await runDoctor(values.config);
   const failures = findings.filter((f) => f.status === "fail").length;
   const warnings = findings.filter((f) => f.status === "warn").length;
-  const code = failures > 0 ? EXIT.PROBLEMS : warnings > 0 && values.strict ? EXIT.WARNINGS : EXIT.OK;
+  const code = failures > 0 ? EXIT.DOCTOR_PROBLEMS : warnings > 0 && values.strict ? EXIT.DOCTOR_WARNINGS : EXIT.OK;
   if (values.json) console.log(JSON.stringify({ ok: code === EXIT.OK, findings }, null, 2));
   else console.log(render(values.config, findings, failures, warnings));
   return code;

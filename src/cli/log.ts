@@ -2,21 +2,24 @@
  * `fencegate log ACTUATOR`: the audit trail of one actuator, read from the journal file
  * (read-only: safe while the daemon runs, see src/adapters/journal/audit.ts).
  */
-import { parseArgs } from "node:util";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { ArgsError, parseCommandLine } from "./args.ts";
 import { AuditError, AuditReader, MAX_AUDIT_PAGE, OUTCOME_FILTERS, type AuditEntry, type OutcomeFilter } from "../adapters/journal/audit.ts";
 import { ID_PATTERN } from "../config/schema.ts";
 import { HOLDER_RE } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
-
-export const EXIT = { OK: 0, UNKNOWN_ACTUATOR: 5, USAGE: 64, NO_JOURNAL: 66, JOURNAL: 74, CONFIG: 78 } as const;
+import { EXIT } from "../exit-codes.ts";
 
 const DEFAULT_LIMIT = 50;
 
 const HELP = `usage: fencegate log ACTUATOR (--config FILE | --journal FILE) [options]
 
 The audit trail of one actuator: every command it accepted, newest first, with its holder,
-token, seq, the values set and the outcome. Read from the journal file, read-only: safe
+token, seq, the values set and the outcome. TIME is when the journal recorded the command
+(within journal.auditLagMs of the decision). Read from the journal file, read-only: safe
 while the daemon runs (run it as the daemon's user). Refusals change nothing and are not
 recorded; \`fencegate watch\` and the status page show them live.
 
@@ -42,7 +45,7 @@ const AGE = /^([0-9]{1,9})(s|m|h|d)$/;
 const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** `--since`: an ISO date and time, or an age before `nowMs`; null when it is neither. */
-export function parseSince(text: string, nowMs: number): number | null {
+function parseSince(text: string, nowMs: number): number | null {
   const age = AGE.exec(text);
   if (age) return nowMs - Number(age[1]) * UNIT_MS[age[2]!]!;
   if (text.length > 40 || !/^\d{4}-\d{2}-\d{2}/.test(text)) return null;
@@ -65,23 +68,19 @@ interface LogArgs {
 function parse(argv: string[]): LogArgs | "help" {
   let parsed;
   try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        config: { type: "string", short: "c" },
-        journal: { type: "string", short: "j" },
-        since: { type: "string" },
-        holder: { type: "string" },
-        outcome: { type: "string" },
-        limit: { type: "string", short: "n" },
-        json: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
+    parsed = parseCommandLine(argv, {
+      config: { type: "string", short: "c" },
+      journal: { type: "string", short: "j" },
+      since: { type: "string" },
+      holder: { type: "string" },
+      outcome: { type: "string" },
+      limit: { type: "string", short: "n" },
+      json: { type: "boolean" },
+      help: { type: "boolean", short: "h" },
     });
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    if (!(err instanceof ArgsError)) throw err;
+    throw new UsageError(err.message);
   }
   const { values, positionals } = parsed;
   if (values.help) return "help";
@@ -122,7 +121,8 @@ export async function main(argv: string[]): Promise<number> {
       console.error(err.message);
       return EXIT.CONFIG;
     }
-    console.error(`fencegate log: ${(err as Error).message}\n\n${HELP}`);
+    // Two lines: what is wrong, and the usage; the whole help would scroll the error away.
+    console.error(`fencegate log: ${(err as Error).message}\n${HELP.split("\n")[0]}  (\`fencegate log --help\` for the options)`);
     return EXIT.USAGE;
   }
   if (args === "help") {
@@ -130,8 +130,9 @@ export async function main(argv: string[]): Promise<number> {
     return EXIT.OK;
   }
   let reader: AuditReader;
+  let copy: string | null = null;
   try {
-    reader = AuditReader.open(args.journal);
+    ({ reader, copy } = openReader(args.journal));
   } catch (err) {
     if (!(err instanceof AuditError)) throw err;
     console.error(`fencegate log: ${err.message}`);
@@ -141,7 +142,7 @@ export async function main(argv: string[]): Promise<number> {
     const known = reader.actuators();
     if (!known.includes(args.actuator)) {
       console.error(`fencegate log: no actuator "${args.actuator}" in ${args.journal} (on record: ${known.join(", ") || "none"}).`);
-      return EXIT.UNKNOWN_ACTUATOR;
+      return EXIT.LOG_UNKNOWN_ACTUATOR;
     }
     const page = reader.page({ actuator: args.actuator, holder: args.holder, outcome: args.outcome, sinceMs: args.sinceMs, limit: args.limit });
     if (args.json) console.log(JSON.stringify(page.entries.map(jsonEntry)));
@@ -150,10 +151,43 @@ export async function main(argv: string[]): Promise<number> {
     return EXIT.OK;
   } catch (err) {
     if (!(err instanceof AuditError)) throw err;
-    console.error(`fencegate log: ${err.message}`);
+    console.error(`fencegate log: ${copy === null ? err.message : err.message.replaceAll(copy, args.journal)}`);
     return EXIT.JOURNAL;
   } finally {
     reader.close();
+    if (copy !== null) fs.rmSync(path.dirname(copy), { recursive: true, force: true });
+  }
+}
+
+/**
+ * The reader, on the journal itself or, on a read-only filesystem (a failing SD card the
+ * kernel remounted read-only), on a copy of it and its -wal: SQLite cannot make the -shm
+ * a WAL reader needs there, and nothing writes the files any more, so a copy is the same.
+ */
+function openReader(journal: string): { reader: AuditReader; copy: string | null } {
+  try {
+    return { reader: AuditReader.open(journal), copy: null };
+  } catch (err) {
+    if (!(err instanceof AuditError) || !onReadOnlyFilesystem(journal)) throw err;
+  }
+  const copy = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-log-")), path.basename(journal));
+  try {
+    fs.copyFileSync(journal, copy);
+    if (fs.existsSync(`${journal}-wal`)) fs.copyFileSync(`${journal}-wal`, `${copy}-wal`);
+    return { reader: AuditReader.open(copy), copy };
+  } catch (err) {
+    fs.rmSync(path.dirname(copy), { recursive: true, force: true });
+    if (err instanceof AuditError) throw new AuditError(err.code, err.message.replaceAll(copy, journal));
+    throw err;
+  }
+}
+
+function onReadOnlyFilesystem(file: string): boolean {
+  try {
+    fs.accessSync(path.dirname(file), fs.constants.W_OK);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EROFS";
   }
 }
 

@@ -6,31 +6,38 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { PACKAGE_ROOT } from "../package-root.ts";
+import { sqliteProblem } from "./sqlite.ts";
+import { EXIT } from "../exit-codes.ts";
 
 type Subcommand = (argv: string[]) => Promise<number>;
 
 const controller = async () => (await import("./controller.ts")).runController;
 
-const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand>; passName?: boolean }> = {
+/** `sqlite`: the command opens the journal, so SQLite must load (see ./sqlite.ts). */
+const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcommand>; passName?: boolean; sqlite?: boolean }> = {
   demo: {
     summary: "replay a paused controller's stale write: applied without fencing, refused through fencegate",
     load: async () => (await import("../dev/demo.ts")).main,
+    sqlite: true,
   },
   start: {
     summary: "the gateway on its embedded defaults: local or embedded broker, simulated actuator",
     load: async () => (await import("./start.ts")).main,
+    sqlite: true,
   },
   daemon: {
     summary: "run the gateway: Modbus buses, the MQTT API, the journal (--config FILE)",
     load: async () => (await import("./daemon.ts")).main,
+    sqlite: true,
   },
   doctor: {
     summary: "check a configuration and this machine: serial ports, broker, journal, clock (--config FILE)",
     load: async () => (await import("./doctor.ts")).main,
   },
   journal: {
-    summary: "journal recover --config FILE: token floors above anything ever granted, after lost history",
+    summary: "journal init|recover|leave-group --config FILE: create the journal; token floors above anything ever granted, after lost history; start alone a journal that served in a gateway group",
     load: async () => (await import("./journal.ts")).main,
+    sqlite: true,
   },
   sim: {
     summary: "run the simulated actuator (fenced or plain Modbus profile) on a serial device or TCP",
@@ -44,6 +51,7 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
   log: {
     summary: "log ACTUATOR: its audit trail from the journal (--since, --holder, --outcome); safe while the daemon runs",
     load: async () => (await import("./log.ts")).main,
+    sqlite: true,
   },
 };
 
@@ -61,7 +69,7 @@ async function run(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
   if (name === undefined || name === "--help" || name === "-h" || name === "help") {
     console.log(usage());
-    return name === undefined ? 64 : 0;
+    return name === undefined ? EXIT.USAGE : EXIT.OK;
   }
   if (name === "--version" || name === "-V" || name === "version") {
     console.log(version());
@@ -70,7 +78,12 @@ async function run(argv: string[]): Promise<number> {
   const sub = SUBCOMMANDS[name];
   if (!sub) {
     console.error(`fencegate: unknown command "${name}". Run \`fencegate --help\` for the commands.`);
-    return 64;
+    return EXIT.USAGE;
+  }
+  const problem = sub.sqlite === true && !rest.some((a) => a === "--help" || a === "-h") ? sqliteProblem() : null;
+  if (problem !== null) {
+    console.error(problem);
+    return EXIT.CONFIG;
   }
   return (await sub.load())(sub.passName ? argv : rest);
 }

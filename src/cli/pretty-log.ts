@@ -28,12 +28,16 @@ export function prettyLine(json: string, colour = false): string {
   const level = typeof entry.level === "number" ? entry.level : 30;
   const time = typeof entry.time === "number" ? new Date(entry.time).toISOString().slice(11, 23) : "";
   const label = (LEVELS[level] ?? String(level)).padEnd(5);
+  // pino's err serializer gives {type, message, stack}: the message in the line, the stack under it.
+  const err = entry.err as { message?: unknown; stack?: unknown } | undefined;
+  const stack = typeof err === "object" && err !== null && typeof err.stack === "string" ? err.stack : null;
   const fields = Object.entries(entry)
     .filter(([k]) => !HEAD.has(k))
-    .map(([k, v]) => `${k}=${value(v)}`)
+    .map(([k, v]) => `${k}=${value(k === "err" && stack !== null ? err!.message : v)}`)
     .join(" ");
   const paint = colour && COLOURS[level] !== undefined ? (s: string) => `${COLOURS[level]}${s}\x1b[0m` : (s: string) => s;
-  return `${time} ${paint(label)} ${entry.msg ?? ""}${fields ? `  ${fields}` : ""}\n`;
+  const under = stack === null ? "" : stack.split("\n").slice(1).map((l) => `    ${l.trim()}\n`).join("");
+  return `${time} ${paint(label)} ${entry.msg ?? ""}${fields ? `  ${fields}` : ""}\n${under}`;
 }
 
 /** A pino destination writing pretty lines to `stream` (a terminal). */

@@ -7,12 +7,13 @@
 import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
 import { homedir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import { parseArgs } from "node:util";
+import { parseCommandLine } from "./args.ts";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { localOrEmbeddedBroker } from "../dev/broker.ts";
 import { PACKAGE_ROOT } from "../package-root.ts";
-import { EXIT, loadConfigOrSay, portInUse, serve } from "./daemon.ts";
+import { loadConfigOrSay, portInUse, serve } from "./daemon.ts";
+import { EXIT } from "../exit-codes.ts";
 
 export const EMBEDDED_CONFIG = join(PACKAGE_ROOT, "config/embedded.yaml");
 
@@ -32,7 +33,7 @@ exit codes: 0 stopped cleanly, 64 usage, 74 journal unreadable or failing,
             78 configuration invalid or a port it names in use`;
 
 /** Starts one simulator per TCP bus on loopback, answering the units of its actuators. */
-export async function startLocalSimulators(config: GatewayConfig, stateDir: string): Promise<SimulatorHandle[]> {
+async function startLocalSimulators(config: GatewayConfig, stateDir: string): Promise<SimulatorHandle[]> {
   const sims: SimulatorHandle[] = [];
   for (const [name, bus] of Object.entries(config.buses)) {
     if (bus.type !== "tcp" || (bus.host !== "127.0.0.1" && bus.host !== "localhost")) continue;
@@ -74,7 +75,7 @@ function withWritableState(config: GatewayConfig): GatewayConfig {
 }
 
 /** A port the configuration names is taken by another process. */
-export class PortInUseError extends Error {
+class PortInUseError extends Error {
   constructor(setting: string, host: string, port: number, what: string) {
     super(`fencegate: port ${port} on ${host} (${setting}, for ${what}) is in use by another process: stop that process (another \`fencegate start\`?) or choose another ${setting}.`);
   }
@@ -83,7 +84,7 @@ export class PortInUseError extends Error {
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseArgs({ args: argv, options: { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } }, strict: true }));
+    ({ values } = parseCommandLine(argv, { config: { type: "string", short: "c" }, help: { type: "boolean", short: "h" } }, false));
   } catch (err) {
     console.error(`fencegate start: ${(err as Error).message}\nusage: fencegate start [--config FILE]`);
     return EXIT.USAGE;

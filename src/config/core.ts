@@ -15,7 +15,7 @@ export function coreLimits(config: GatewayConfig): CoreLimits {
 }
 
 /** The actuator's entry; throws on an id the configuration does not define (a caller's bug). */
-export function findActuator(config: GatewayConfig, actuatorId: string): ActuatorEntry {
+function findActuator(config: GatewayConfig, actuatorId: string): ActuatorEntry {
   const entry = config.actuators.find((a) => a.id === actuatorId);
   if (entry === undefined) throw new RangeError(`No actuator "${actuatorId}" in the configuration.`);
   return entry;

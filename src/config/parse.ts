@@ -25,7 +25,7 @@ export function parseConfig(value: unknown, options: ParseOptions = {}): Gateway
 export type Validation = { readonly ok: true; readonly config: GatewayConfig } | { readonly ok: false; readonly problems: ConfigProblem[] };
 
 /** Like {@link parseConfig} but returns the problems instead of throwing. */
-export function validate(value: unknown): Validation {
+function validate(value: unknown): Validation {
   const result = check(value);
   if (result.ok) return result;
   return { ok: false, problems: result.found.map(({ segments, message }) => ({ path: formatPath(segments), message })) };

@@ -7,6 +7,7 @@
  * are strict: an unknown key is an error (parse.ts suggests the closest known key).
  */
 import * as z from "zod";
+import { leaderHangRoomMs, leadershipConfig } from "../core/leadership.ts";
 import { closest } from "./problems.ts";
 
 // ---------------------------------------------------------------------------------------
@@ -15,7 +16,7 @@ import { closest } from "./problems.ts";
 /** Actuator ids, bus names and the gateway id: one MQTT topic level, per the API spec. */
 export const ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 /** Point names: the keys of a command's `set`. */
-export const POINT_NAME_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+const POINT_NAME_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 /** An actuator id that would collide with the `B/gateway/<gatewayId>/status` topic. */
 export const RESERVED_ACTUATOR_IDS: readonly string[] = ["gateway"];
 
@@ -141,6 +142,18 @@ const mqtt = z.strictObject({
   reconnect: backoff({ minMs: 1000, maxMs: 30_000 }),
   /** Larger requests are refused with INVALID_REQUEST. The API's contract is 16 KiB. */
   maxPayloadBytes: intIn(1024, 1_048_576, " of bytes").default(16_384),
+  /**
+   * The rate budgets of everyone's requests but the live lease holder's, per actuator
+   * (docs/mqtt-api.md): per requester (its holder) and all together. Over them, OVERLOADED.
+   */
+  requestBudget: z
+    .strictObject({
+      perRequesterPerS: intIn(1, 1_000_000, " of requests a second").default(50),
+      perRequesterBurst: intIn(1, 1_000_000, " of requests").default(100),
+      perActuatorPerS: intIn(1, 1_000_000, " of requests a second").default(500),
+      perActuatorBurst: intIn(1, 1_000_000, " of requests").default(1000),
+    })
+    .prefault({}),
 }).superRefine((m, ctx) => {
   const hasPassword = m.password !== undefined || m.passwordFile !== undefined;
   if (m.password !== undefined && m.passwordFile !== undefined) {
@@ -230,7 +243,7 @@ export const POINT_TYPES = ["u16", "i16", "u32", "i32", "f32"] as const;
 export type PointType = (typeof POINT_TYPES)[number];
 
 /** Registers a value of this type occupies. */
-export function registerCount(type: PointType): 1 | 2 {
+function registerCount(type: PointType): 1 | 2 {
   return type === "u16" || type === "i16" ? 1 : 2;
 }
 
@@ -244,7 +257,7 @@ const RAW_RANGE: Record<PointType, readonly [number, number]> = {
 };
 
 /** The engineering-unit range a point of this type and scale can represent. */
-export function representableRange(type: PointType, scale: number): readonly [number, number] {
+function representableRange(type: PointType, scale: number): readonly [number, number] {
   const [lo, hi] = RAW_RANGE[type];
   return type === "f32" ? [lo, hi] : [round(lo * scale), round(hi * scale)];
 }
@@ -348,7 +361,7 @@ const actuator = z.strictObject({
   expiry,
   /**
    * Each grant carries a per-lease secret; commands, renewals and releases must carry an
-   * HMAC-SHA256 of their fields with it (src/core/signature.ts), or get BAD_SIGNATURE.
+   * HMAC-SHA256 of their fields with it (packages/protocol/src/signature.ts), or get BAD_SIGNATURE.
    */
   authenticatedCommands: z.boolean().default(false),
   /**
@@ -466,6 +479,12 @@ const journal = z.strictObject({
   /** The SQLite journal; relative to the configuration file's directory. */
   path: text("journal file path").default("/var/lib/fencegate/journal.db"),
   /**
+   * Start a fresh journal when none is there. Off: a missing journal (an unmounted disk)
+   * stops the daemon, and `fencegate journal init` creates one (docs/deploy.md §7). Only the
+   * embedded demo configuration sets it.
+   */
+  createIfMissing: z.boolean().default(false),
+  /**
    * With several actuators busy, how long a commit that finds the disk idle may wait for
    * their records to share its fdatasync; at most half the recent fdatasync time.
    */
@@ -542,6 +561,14 @@ const metrics = z.strictObject({
    * page off.
    */
   allowNonLoopback: z.boolean().default(false),
+  /**
+   * Host names the port answers for besides IP addresses, `localhost` and `host` (a name
+   * that reaches it through DNS or a proxy); any other `Host` gets 421: DNS rebinding.
+   */
+  hostNames: z
+    .array(z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$/, { error: "Must be a host name: letters, digits, '.' and '-', at most 253 characters." }))
+    .max(32, { error: "At most 32 host names." })
+    .default([]),
 })
   .superRefine((m, ctx) => {
     if (typeof m.host !== "string" || isLoopbackHost(m.host) || m.enabled === false || m.auth !== undefined) return;
@@ -603,11 +630,13 @@ const group = z.strictObject({
   /** Allow a password over plain http://. Only for a trusted, isolated network. */
   allowCleartextCredentials: z.boolean().default(false),
   /** The etcd lease behind the leader key, in whole seconds: failover takes about this long. */
-  leaseTtlMs: ms(2000, 60_000).refine((n) => n % 1000 === 0, { error: "Must be whole seconds (a multiple of 1000): etcd leases count in seconds." }).default(5000),
+  leaseTtlMs: ms(2000, 60_000).refine((n) => n % 1000 === 0, { error: "Must be whole seconds (a multiple of 1000): etcd leases count in seconds." }).default(7000),
   /** The active gateway stops all device I/O this long before its etcd lease can have expired. */
   selfFenceMarginMs: ms(100, 30_000).default(1000),
   /** One etcd request, over every endpoint it tries. */
   requestTimeoutMs: ms(100, 10_000).default(1000),
+  /** The etcd members' --election-timeout (etcd's default 1000): the lease must outlast an election (see below). */
+  etcdElectionTimeoutMs: ms(50, 50_000).default(1000),
   /**
    * Plain (unfenced) devices in a group are protected only by the deposed gateway's
    * self-fencing, which rests on timing; they are refused unless this says the operator accepts it.
@@ -645,7 +674,29 @@ const group = z.strictObject({
   if (finite(g.leaseTtlMs) && finite(g.requestTimeoutMs) && g.requestTimeoutMs * 3 > g.leaseTtlMs) {
     ctx.addIssue({ code: "custom", path: ["requestTimeoutMs"], message: `Must be at most a third of leaseTtlMs (${g.leaseTtlMs}), so a renewal that hangs leaves time for another before the lease runs out.` });
   }
+  if (finite(g.leaseTtlMs) && finite(g.selfFenceMarginMs) && finite(g.requestTimeoutMs) && finite(g.etcdElectionTimeoutMs) && g.leaseTtlMs % 1000 === 0 && g.leaseTtlMs >= 2000 && g.selfFenceMarginMs * 2 <= g.leaseTtlMs && g.requestTimeoutMs * 3 <= g.leaseTtlMs) {
+    const hang = hangProblem(g.leaseTtlMs, g.selfFenceMarginMs, g.requestTimeoutMs, g.etcdElectionTimeoutMs);
+    if (hang !== null) ctx.addIssue({ code: "custom", path: ["leaseTtlMs"], message: hang });
+  }
 }, ALWAYS);
+
+/**
+ * Why these settings cannot ride out a hung etcd leader, or null when they can: the active
+ * gateway would step down (and `expiry: safe` drive the valves to their safe values) at every
+ * leader freeze. src/core/leadership.ts leaderHangRoomMs; docs/gateway-group.md.
+ */
+function hangProblem(ttlMs: number, marginMs: number, requestTimeoutMs: number, electionTimeoutMs: number): string | null {
+  const config = leadershipConfig(ttlMs, marginMs);
+  if (leaderHangRoomMs(config, requestTimeoutMs, electionTimeoutMs) > 0) return null;
+  let fits = ttlMs + 1000;
+  while (fits <= 60_000 && leaderHangRoomMs(leadershipConfig(fits, marginMs), requestTimeoutMs, electionTimeoutMs) <= 0) fits += 1000;
+  const raise = fits <= 60_000 ? `raise leaseTtlMs to ${fits} or more` : "lower requestTimeoutMs or etcdElectionTimeoutMs";
+  return (
+    `leaseTtlMs ${ttlMs} - selfFenceMarginMs ${marginMs} - the renewal period ${config.renewEveryMs} (a third of the TTL) = ${ttlMs - marginMs - config.renewEveryMs} ms must be more than ` +
+    `2 x etcdElectionTimeoutMs ${electionTimeoutMs} + requestTimeoutMs ${requestTimeoutMs} = ${2 * electionTimeoutMs + requestTimeoutMs} ms: otherwise an etcd leader that hangs (a frozen VM, a partition) makes the active gateway step down before etcd has elected another. ` +
+    `Set etcdElectionTimeoutMs to the members' --election-timeout, then ${raise} (docs/gateway-group.md, "When etcd is in trouble").`
+  );
+}
 
 // ---------------------------------------------------------------------------------------
 // The whole file
@@ -784,5 +835,4 @@ export type BusConfig = GatewayConfig["buses"][string];
 export type RtuBusConfig = Extract<BusConfig, { type: "rtu" }>;
 export type TcpBusConfig = Extract<BusConfig, { type: "tcp" }>;
 export type ActuatorEntry = GatewayConfig["actuators"][number];
-export type ExpiryConfig = ActuatorEntry["expiry"];
 export type GroupConfig = NonNullable<GatewayConfig["group"]>;

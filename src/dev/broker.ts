@@ -1,7 +1,7 @@
 /**
  * A broker for the demo and the embedded defaults, so they need nothing but Node on a
  * fresh machine: the local broker at the given address if one answers, otherwise an
- * in-process aedes broker. aedes speaks MQTT 3.1.1 only (field notes), so clients of an
+ * in-process aedes broker. aedes speaks MQTT 3.1.1 only (it has no v5), so clients of an
  * embedded broker must use protocol version 4; the gateway then replies on B/A/reply/H.
  */
 import net from "node:net";

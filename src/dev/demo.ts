@@ -13,11 +13,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { FencegateClient, FencegateError } from "fencegate-client";
 import ModbusSerial from "modbus-serial";
 import { pino } from "pino";
 import { PLAIN, positionToRaw } from "../../firmware-bridge/src/profile.ts";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
-import { FencegateClient, FencegateError } from "../client/index.ts";
 import { parseConfig } from "../config/parse.ts";
 import { startDaemon, type Daemon } from "../daemon.ts";
 import { embeddedBroker, type DevBroker } from "./broker.ts";
@@ -80,7 +80,7 @@ async function setUp(brokerUrl: string | undefined): Promise<Setup> {
       { id: "valve-fenced", bus: "fenced", unit: 1, profile: "fenced", pollIntervalMs: 200, points: pointsConfig("fenced") },
     ],
     leases: { minTtlMs: 100 },
-    journal: { path: join(dir, "journal.db") },
+    journal: { path: join(dir, "journal.db"), createIfMissing: true }, // the demo's own, thrown away
     metrics: { enabled: false },
   });
   const daemon = await startDaemon(config, pino({ level: "silent" }));

@@ -14,14 +14,17 @@ import path from "node:path";
 import { MqttClient, type ISubscriptionGrant } from "mqtt";
 import { pino } from "pino";
 import { SerialPort } from "serialport";
-import { etcdClientFor, leaderKeyOf, leaderOf } from "../adapters/etcd/member.ts";
+import { publishedConfig } from "../adapters/etcd/actuator-digest.ts";
+import { differencesSentence, differingMembers, etcdClientFor, leaderKeyOf, leaderOf } from "../adapters/etcd/member.ts";
+import { leaderHangRoomMs, leadershipConfig } from "../core/leadership.ts";
 import { markPath } from "../adapters/journal/mark.ts";
-import { lockPath, openSqliteJournal } from "../adapters/journal/sqlite.ts";
-import { ModbusBus, busLink } from "../adapters/modbus/bus.ts";
+import { openSqliteJournal, writerLockHeld } from "../adapters/journal/sqlite.ts";
+import { NativeModuleError } from "../adapters/journal/native.ts";
+import { ModbusBus, OFFLINE_AFTER_FAILURES, busLink } from "../adapters/modbus/bus.ts";
 import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
 import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
-import { identityOf, probeGateways } from "../adapters/mqtt/presence.ts";
+import { ActuatorConflictError, actuatorConflictOf, identityOf, probeGateways, type ProbeResult } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
@@ -71,8 +74,8 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   findings.push(...(await checkSharedTcpDevices(config)));
   findings.push(...(await checkFencedDevices(config)));
   findings.push(...(await checkBroker(config.mqtt, options.brokerTimeoutMs ?? 8000)));
-  findings.push(await checkGatewayId(config));
-  if (config.group !== undefined) findings.push(await checkGroup(config.group));
+  findings.push(...(await checkGatewayId(config)));
+  if (config.group !== undefined) findings.push(await checkGroup(config.group, config));
   findings.push(...checkJournalDir(config.journal.path, options.slowFsyncMs ?? 20));
   findings.push(...checkJournalFile(config));
   return findings;
@@ -188,7 +191,7 @@ function run(command: string, args: string[], timeoutMs = 3000): Promise<{ ok: t
 // ---------------------------------------------------------------------------------------
 // Serial ports
 
-export async function checkSerial(bus: string, config: RtuBusConfig): Promise<Finding[]> {
+async function checkSerial(bus: string, config: RtuBusConfig): Promise<Finding[]> {
   const check = `serial ${bus}`;
   const file = config.path;
   const findings: Finding[] = [];
@@ -349,7 +352,7 @@ function errorCode(err: unknown): string {
 }
 
 /** A Modbus TCP device or gateway: accepts a TCP connection (Modbus itself is not spoken). */
-export function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Finding> {
+function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Finding> {
   const check = `modbus-tcp ${bus}`;
   const where = `${config.host}:${config.port}`;
   return new Promise((resolve) => {
@@ -369,7 +372,7 @@ export function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Findi
  * a DNS name and its IP), with an actuator on the same unit of each: one device, two
  * actuators. The configuration itself catches the same spelling; this needs name lookups.
  */
-export async function checkSharedTcpDevices(config: GatewayConfig): Promise<Finding[]> {
+async function checkSharedTcpDevices(config: GatewayConfig): Promise<Finding[]> {
   const addresses = new Map<string, string[]>();
   for (const [name, bus] of Object.entries(config.buses)) {
     if (bus.type !== "tcp") continue;
@@ -408,7 +411,7 @@ export async function checkSharedTcpDevices(config: GatewayConfig): Promise<Find
  * that cannot be opened now (a serial port the running daemon holds) is not probed: the
  * daemon's state says the same (`fencegate read`).
  */
-export async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
+async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
   const findings: Finding[] = [];
   for (const [name, busConfig] of Object.entries(config.buses)) {
     const fenced = config.actuators.filter((a) => a.bus === name && a.profile === "fenced");
@@ -416,7 +419,7 @@ export async function checkFencedDevices(config: GatewayConfig): Promise<Finding
     const { timeoutMs } = busConfig;
     const bus = new ModbusBus(
       // One attempt to open (no reopening within the probe), every unit's answer within the bus timeout.
-      { name, link: busLink(busConfig), timeoutMs, reopenMinMs: 600_000, reopenMaxMs: 600_000, quietAfterTimeoutMs: quietAfterTimeoutMs(timeoutMs), offlineAfterFailures: 2, queueLimitPerUnit: 4 },
+      { name, link: busLink(busConfig), timeoutMs, reopenMinMs: 600_000, reopenMaxMs: 600_000, quietAfterTimeoutMs: quietAfterTimeoutMs(timeoutMs), offlineAfterFailures: OFFLINE_AFTER_FAILURES, queueLimitPerUnit: 4 },
       pino({ level: "silent" }),
     );
     for (const a of fenced) bus.addUnit(a.unit);
@@ -465,7 +468,7 @@ async function probeFenced(check: string, unit: number, bus: string, device: Mod
 // Metrics
 
 /** The HTTP port beyond loopback: say who can read it (anyone, or whoever has the credentials, in clear). */
-export function checkMetrics(config: GatewayConfig): Finding[] {
+function checkMetrics(config: GatewayConfig): Finding[] {
   const { enabled, host, port, auth } = config.metrics;
   if (!enabled || isLoopbackHost(host)) return [];
   if (auth !== undefined) {
@@ -498,7 +501,7 @@ const TLS_TRUST = new Set([
 ]);
 
 /** One sentence and one fix per way a connection to the broker fails. */
-export function explainBrokerError(err: unknown, mqtt: MqttConfig): { message: string; fix: string } {
+function explainBrokerError(err: unknown, mqtt: MqttConfig): { message: string; fix: string } {
   const url = new URL(mqtt.url);
   const where = `${url.hostname}:${url.port || (url.protocol === "mqtts:" ? 8883 : 1883)}`;
   const code = (err as { code?: unknown }).code;
@@ -533,12 +536,22 @@ export function explainBrokerError(err: unknown, mqtt: MqttConfig): { message: s
 }
 
 /** A gateway group's etcd: reachable with the configured TLS and user, and who leads the group now. Reads only. */
-export async function checkGroup(group: GroupConfig): Promise<Finding> {
+/** etcd answers, who leads, and (given the whole configuration) whether the other members' actuators are configured as this one's. */
+export async function checkGroup(group: GroupConfig, config?: GatewayConfig): Promise<Finding> {
   const check = "group etcd";
   const client = etcdClientFor(group);
   try {
     const leader = leaderOf(await client.get(leaderKeyOf(group.name)));
-    return { check, status: "ok", message: `etcd answers at ${group.endpoints.join(", ")}; group ${group.name} is ${leader === "nobody" ? "led by nobody yet" : `led by ${leader}`}.` };
+    const differs = config === undefined ? null : differencesSentence(group.name, await differingMembers(client, group.name, publishedConfig(config)));
+    if (differs !== null) {
+      return { check, status: "fail", message: `etcd answers; ${differs}`, fix: "Make actuators (ids, units, profiles, points, expiry) and the lease and command limits the same on every member and restart the one that differs; buses may differ." };
+    }
+    const roomMs = leaderHangRoomMs(leadershipConfig(group.leaseTtlMs, group.selfFenceMarginMs), group.requestTimeoutMs, group.etcdElectionTimeoutMs);
+    return {
+      check,
+      status: "ok",
+      message: `etcd answers at ${group.endpoints.join(", ")}; group ${group.name} is ${leader === "nobody" ? "led by nobody yet" : `led by ${leader}`}. A hung etcd leader is ridden out with ${roomMs} ms to spare if the members' --election-timeout is ${group.etcdElectionTimeoutMs} ms (group.etcdElectionTimeoutMs).`,
+    };
   } catch (err) {
     return {
       check,
@@ -551,7 +564,7 @@ export async function checkGroup(group: GroupConfig): Promise<Finding> {
   }
 }
 
-export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<Finding[]> {
+async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<Finding[]> {
   const check = "broker";
   let client: MqttClient;
   try {
@@ -599,15 +612,40 @@ export async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<
 }
 
 /**
- * Whether another gateway on the broker has this gatewayId: each answers `B/gateway/read`
- * with its identity, and the one of this configuration (this host, this journal) is told
- * apart from a copy elsewhere.
+ * Whether another gateway on the broker has this gatewayId, or serves one of this one's
+ * actuator ids: each answers `B/gateway/read` with its identity and actuators, and the one
+ * of this configuration (this host, this journal) is told apart from a copy elsewhere.
  */
-export async function checkGatewayId(config: GatewayConfig): Promise<Finding> {
+async function checkGatewayId(config: GatewayConfig): Promise<Finding[]> {
   const check = "gateway id";
   const id = config.gatewayId;
-  const result = await probeGateways(config.mqtt, { gatewayId: id, waitForAll: true });
-  if (result.kind === "unreachable") return { check, status: "info", message: `Whether another gateway uses gatewayId "${id}" was not checked: the broker cannot be reached (${result.reason}).` };
+  const result = await probeGateways(config.mqtt, { waitForAll: true });
+  if (result.kind === "unreachable") return [{ check, status: "info", message: `Whether another gateway uses gatewayId "${id}" or one of its actuator ids was not checked: the broker cannot be reached (${result.reason}).` }];
+  return [sameGatewayId(config, result), sharedActuatorIds(config, result)];
+}
+
+/** How many gateways answered the probe, and which. */
+function answeredCount(result: Extract<ProbeResult, { kind: "answered" }>): string {
+  const ids = [...new Set(result.gateways.map((g) => g.id))].sort();
+  return ids.length === 0 ? "no gateway answered" : `${ids.length} gateway${ids.length === 1 ? "" : "s"} answered: ${ids.join(", ")}`;
+}
+
+function sharedActuatorIds(config: GatewayConfig, result: Extract<ProbeResult, { kind: "answered" }>): Finding {
+  const check = "actuator ids";
+  const self = identityOf(config.gatewayId, config.journal.path, { actuators: config.actuators.map((a) => a.id), group: config.group?.name });
+  const conflict = actuatorConflictOf(result, self);
+  if (conflict === undefined) return { check, status: "ok", message: `No other gateway serves an actuator of this one (${answeredCount(result)}).` };
+  return {
+    check,
+    status: "fail",
+    message: `${new ActuatorConflictError(self, conflict.other, conflict.actuators, config.mqtt.url).message} The daemon refuses to start beside it (exit 78).`,
+    fix: `Serve each actuator id from one gateway only (or make both members of one gateway group).`,
+  };
+}
+
+function sameGatewayId(config: GatewayConfig, result: Extract<ProbeResult, { kind: "answered" }>): Finding {
+  const check = "gateway id";
+  const id = config.gatewayId;
   const same = result.gateways.filter((g) => g.id === id);
   const mine = identityOf(id, config.journal.path).instance;
   const others = same.filter((g) => g.instance !== mine);
@@ -621,10 +659,10 @@ export async function checkGatewayId(config: GatewayConfig): Promise<Finding> {
     };
   }
   if (same.length === 1) return { check, status: "ok", message: `The daemon of this configuration is running (${where(same)}); no other gateway uses gatewayId "${id}".` };
-  return { check, status: "ok", message: `No gateway on the broker uses gatewayId "${id}" (${result.gateways.length} other gateway(s) answered).` };
+  return { check, status: "ok", message: `No gateway on the broker uses gatewayId "${id}" (${answeredCount(result)}).` };
 }
 
-/** An actuator id no deployment uses: a running gateway answers the probe UNKNOWN_ACTUATOR. */
+/** An actuator id no deployment uses: no running gateway subscribes to its requests, so none answers the probe. */
 const PROBE_ACTUATOR = "fencegate-doctor-probe";
 
 /**
@@ -665,7 +703,7 @@ async function probeRequestTopics(client: MqttClient, mqtt: MqttConfig): Promise
 // Journal
 
 /** The directory: writable, and how long a durable write takes there. */
-export function checkJournalDir(journalPath: string, slowFsyncMs: number): Finding[] {
+function checkJournalDir(journalPath: string, slowFsyncMs: number): Finding[] {
   const check = "journal dir";
   const dir = path.dirname(journalPath);
   if (!fs.existsSync(dir)) {
@@ -673,7 +711,7 @@ export function checkJournalDir(journalPath: string, slowFsyncMs: number): Findi
     while (!fs.existsSync(parent) && parent !== path.dirname(parent)) parent = path.dirname(parent);
     const creatable = writable(parent);
     return [creatable
-      ? { check, status: "warn", message: `${dir} does not exist yet; the daemon will create it.`, fix: "Nothing to do under systemd (StateDirectory=fencegate creates /var/lib/fencegate); otherwise mkdir it for the service user." }
+      ? { check, status: "warn", message: `${dir} does not exist yet; the daemon does not create it (a directory that is gone may be a disk not mounted).`, fix: `Mount the disk that holds it, or create it for the service user (install -d -o fencegate -g fencegate -m 0750 ${dir}); then ${INIT_FIX}` }
       : { check, status: "fail", message: `${dir} does not exist and ${parent} is not writable by ${os.userInfo().username}.`, fix: `mkdir -p ${dir} && chown fencegate: ${dir} (or journal.path under /var/lib/fencegate with StateDirectory=fencegate).` }];
   }
   if (!writable(dir)) {
@@ -709,6 +747,7 @@ export function checkJournalDir(journalPath: string, slowFsyncMs: number): Findi
     : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details }];
 }
 
+const INIT_FIX = "If the journal is on a disk that is not mounted, mount it; if this gateway is new, run `fencegate journal init --config <this file>` as the service's user (docs/deploy.md §2).";
 const RECOVER_FIX = "Put the missing file back if you have it; otherwise stop the controllers of plain actuators and run `fencegate journal recover --config <this file>` (docs/deploy.md, the journal).";
 
 function writable(dir: string): boolean {
@@ -729,7 +768,7 @@ function round2(x: number): number {
  * row), on a copy in a temp directory, because loading converts unfinished commands and
  * the daemon may hold the file's lock.
  */
-export function checkJournalFile(config: GatewayConfig): Finding[] {
+function checkJournalFile(config: GatewayConfig): Finding[] {
   const check = "journal";
   const file = config.journal.path;
   let stat: fs.Stats;
@@ -739,15 +778,16 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
     if (fs.existsSync(markPath(file))) {
       return [{ check, status: "fail", message: `${file} is missing, but ${markPath(file)} says a journal was kept here: the daemon will refuse to start (exit 74) rather than grant its tokens again.`, fix: RECOVER_FIX }];
     }
-    return [{ check, status: "info", message: `${file} does not exist yet: the first start creates it, and tokens start above the fences the fenced devices report.` }];
+    if (config.journal.createIfMissing) return [{ check, status: "info", message: `${file} does not exist yet: the first start creates it (journal.createIfMissing), and tokens start above the fences the fenced devices report.` }];
+    return [{ check, status: "fail", message: `${file} does not exist: the daemon will refuse to start (exit 74) rather than start a fresh journal by itself.`, fix: INIT_FIX }];
   }
   try {
     fs.accessSync(file, fs.constants.R_OK | fs.constants.W_OK);
   } catch {
     return [{ check, status: "fail", message: `${file} is not readable and writable by ${os.userInfo().username}.`, fix: `chown fencegate: ${file}*` }];
   }
-  // The daemon's single-writer lock is on <journal>.lock (the database itself runs WAL's shared locking).
-  const holders = fs.existsSync(lockPath(file)) ? lockHolders(fs.statSync(lockPath(file))) : [];
+  // The daemon's single-writer lock: a flock on the database file (SQLite's own locks are WAL's shared ones).
+  const running = writerLockHeld(file);
   const copyDir = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-doctor-"));
   const copy = path.join(copyDir, "journal.db");
   try {
@@ -758,7 +798,7 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
       const snapshots = journal.load();
       const tokens = Object.fromEntries([...snapshots].map(([id, s]) => [id, { highestGranted: s.highestGranted, fence: s.fence }]));
       const unknown = [...snapshots.keys()].filter((id) => !config.actuators.some((a) => a.id === id));
-      const inUse = holders.length > 0 ? ` It is in use by ${holders.map(describePid).join(", ")}; a copy was checked.` : "";
+      const inUse = running ? " It is in use by a running daemon (its writer lock is held); a copy was checked." : "";
       const findings: Finding[] = [{ check, status: "ok", message: `${file} loads: ${snapshots.size} actuator(s) on record, ${(stat.size / 1024).toFixed(0)} KiB.${inUse}`, details: { actuators: tokens } }];
       if (unknown.length > 0) findings.push({ check, status: "info", message: `The journal remembers actuators no longer configured: ${unknown.join(", ")}. Harmless; their records stay.` });
       return findings;
@@ -767,8 +807,8 @@ export function checkJournalFile(config: GatewayConfig): Finding[] {
     }
   } catch (err) {
     const message = (err instanceof JournalError ? err.message : (err as Error).message).replaceAll(copy, file);
-    const live = holders.length > 0 ? " The daemon was running: stop it (systemctl stop fencegate) and run doctor again before acting on this." : "";
-    const fix = err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY" ? RECOVER_FIX : "Restore the journal from a backup, or move it and its -wal file aside to start fresh (docs/deploy.md, Backups).";
+    const live = running ? " The daemon was running: stop it (systemctl stop fencegate) and run doctor again before acting on this." : "";
+    const fix = err instanceof NativeModuleError ? `Run \`npm rebuild\` in ${err.installDir} as the user who installed fencegate (after every Node major upgrade; docs/deploy.md §1).` : err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY" ? RECOVER_FIX : "Keep the journal's -mark file where it is, restore the journal from a backup or move it and its -wal file aside, then run `fencegate journal recover --config <this file>`, which sets every token above the mark's floor (docs/deploy.md §7).";
     return [{ check, status: "fail", message: `${message}${live}`, fix }];
   } finally {
     fs.rmSync(copyDir, { recursive: true, force: true });

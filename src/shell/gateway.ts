@@ -24,16 +24,17 @@
  * every token granted before, so after a crash no command under an earlier token is
  * accepted again, whatever seq the journal kept; a fenced device stores its own fence in the
  * same FC16 as the setpoint and refuses an older token by itself. A crash can only make a
- * retry of such a command a lease error instead of DUPLICATE, and the fence's seq under the
- * dead token read lower than it was shown.
+ * retry of such a command a lease error instead of DUPLICATE (or, its outcome lost, DUPLICATE
+ * of OUTCOME_UNKNOWN), and the fence's seq under the dead token read lower than it was shown.
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { EMPTY_SNAPSHOT, GATEWAY_HOLDER, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
-import { verify } from "../core/signature.ts";
+import { verify } from "../../packages/protocol/src/index.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type GrantCommit, type GroupPort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
+import { RefusalSummary } from "./refusal-summary.ts";
 
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
@@ -86,6 +87,8 @@ export interface GatewayDeps {
    * has it too, and a device refusing a write (0x46) means another gateway leads.
    */
   readonly group?: GroupPort;
+  /** How often refusals are summarised in the log; default REFUSAL_SUMMARY_MS. */
+  readonly refusalSummaryMs?: number;
 }
 
 function badMacMessage(mac: string | null | undefined): string {
@@ -128,6 +131,25 @@ function sameData(a: unknown, b: unknown): boolean {
     if (!Object.hasOwn(b, k) || !sameData((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   }
   return true;
+}
+
+/**
+ * Every decision is logged: a lease's grant, end and expiry and device trouble at info; the
+ * routine rest at debug (B/A/events carries them all): a command's accepted/applied pair, a
+ * renewal, so that a busy gateway or a short lease renewed every second does not write a
+ * journald line a second to the SD card. Refusals are at debug one by one and summarised
+ * (refusal-summary.ts), the LEASE_HELD a waiting standby gets at debug there too.
+ */
+function decisionLevel(event: CoreEvent): "debug" | "info" {
+  switch (event.type) {
+    case "accepted":
+    case "applied":
+    case "renewed":
+    case "rejected":
+      return "debug";
+    default:
+      return "info";
+  }
 }
 
 /** An input decided `nowMs`, later than it arrived: a command's deadline still counts from its arrival. */
@@ -386,11 +408,17 @@ class ActuatorRuntime {
       const fence = await this.binding.device.readFence();
       if (fence === null || this.closed) return;
       this.fenceKnown = true;
-      this.gw.deps.log.info({ actuator: this.id, deviceToken: fence.token, highestGranted: this.state.highestGranted }, "device fence read");
+      const fields = { actuator: this.id, deviceToken: fence.token, highestGranted: this.state.highestGranted };
+      // Alone, only this gateway raises the fence, and only after its journal has the token: a
+      // fence above a journal that has granted is another gateway's (a group member, a copy of
+      // the journal). Tokens go on above it; the operator must find the other one.
+      if (this.gw.deps.group === undefined && this.state.highestGranted > 0 && fence.token > this.state.highestGranted) {
+        this.gw.deps.log.warn(fields, "the device's fence is above this gateway's journal: another gateway has granted tokens on this device (a member of a gateway group, or a copy of this journal); make sure only one gateway serves it");
+      } else this.gw.deps.log.info(fields, "device fence read");
       this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
     } catch (err) {
       if (err instanceof DeviceMismatchError) this.noteUnusable(err);
-      else this.gw.deps.log.warn({ actuator: this.id, err: String(err) }, "could not read the device's fence; leases stay unavailable until it can be read");
+      else this.gw.deps.log.warn({ actuator: this.id, err }, "could not read the device's fence; leases stay unavailable until it can be read");
     }
   }
 
@@ -482,7 +510,7 @@ class ActuatorRuntime {
       log.info({ actuator: this.id, token, deviceToken: deviceFence?.token ?? null, groupToken, holder: GATEWAY_HOLDER }, fenced ? "device fence raised" : "actuator taken over");
       return true;
     } catch (err) {
-      log.warn({ actuator: this.id, err: String(err) }, "could not take the actuator over yet; leases stay unavailable until it is");
+      log.warn({ actuator: this.id, err }, "could not take the actuator over yet; leases stay unavailable until it is");
       return false;
     }
   }
@@ -635,6 +663,8 @@ class ActuatorRuntime {
 
 export class Gateway {
   readonly committer: GroupCommitter;
+  /** Refusals, the core's and those at the door (told by the MQTT link), summarised in the log. */
+  readonly refusals: RefusalSummary;
   private readonly runtimes = new Map<string, ActuatorRuntime>();
   private nextRef = 1;
   private accepting = true;
@@ -651,7 +681,9 @@ export class Gateway {
       onDurable: deps.onDurable,
       audit: deps.audit,
       onFailure: (err) => this.fatal(err),
+      actuators: deps.actuators.length,
     });
+    this.refusals = new RefusalSummary(deps.log, deps.clock, deps.scheduler, deps.refusalSummaryMs);
     this.serving = deps.group === undefined;
     for (const binding of deps.actuators) {
       this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
@@ -711,6 +743,14 @@ export class Gateway {
     return this.runtimes.get(actuator)?.view();
   }
 
+  /** The live lease's holder and token (null without one), undefined for an actuator not served here. */
+  liveLease(actuator: string): { readonly holder: string; readonly token: number } | null | undefined {
+    const rt = this.runtimes.get(actuator);
+    if (rt === undefined) return undefined;
+    const lease = rt.state.lease;
+    return lease !== null && isLive(lease, this.deps.clock.monotonicMs()) ? lease : null;
+  }
+
   /** Handles one validated request. The reply, whatever it is, goes to `ref`. */
   submit(actuator: string, ref: number, request: GatewayRequest): void {
     const { outbox } = this.deps;
@@ -758,9 +798,10 @@ export class Gateway {
         this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token }));
         return;
       case "command":
-        if (this.committer.saturated) {
+        if (this.committer.saturatedFor(rt.id)) {
           const { records } = this.committer.backlog();
-          outbox.reply(ref, { ok: false, error: { code: "OVERLOADED", message: `The journal is ${records} records behind (the disk is slower than the commands); the command was not sent. Retry shortly.` } });
+          const mine = this.committer.saturated ? "" : ` (${this.committer.backlogOf(rt.id)} of them this actuator's, its share)`;
+          outbox.reply(ref, { ok: false, error: { code: "OVERLOADED", message: `The journal is ${records} records behind${mine} (the disk is slower than the commands); the command was not sent. Retry shortly.` } });
           this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, seq: request.seq, code: "OVERLOADED" });
           return;
         }
@@ -845,12 +886,14 @@ export class Gateway {
       await new Promise<void>((resolve) => this.deps.scheduler.at(this.deps.clock.monotonicMs() + 5, resolve));
     }
     for (const rt of this.runtimes.values()) rt.stop();
+    this.refusals.flush();
     await this.committer.idle();
     return true;
   }
 
   stop(): void {
     for (const rt of this.runtimes.values()) rt.stop();
+    this.refusals.flush();
   }
 
   /** @internal */
@@ -861,11 +904,10 @@ export class Gateway {
 
   /** @internal */
   publishEvent(actuator: string, event: CoreEvent): void {
-    // Every decision is logged: lease changes, refusals and device trouble at info; the
-    // routine accepted/applied pair of every command at debug (B/A/events carries them
-    // all), so a busy gateway does not write two journald lines per command to the SD card.
-    const level = event.type === "accepted" || event.type === "applied" ? "debug" : "info";
-    if (this.deps.log.isLevelEnabled(level)) this.deps.log[level]({ actuator, ...event }, event.type); // no object built for a line not written
+    if (event.type === "rejected") this.refusals.note(actuator, event.holder ?? null, event.code ?? "");
+    const level = decisionLevel(event);
+    // The line says "refused", the word of the page, watch and the refusal summary; `type` keeps the wire's.
+    if (this.deps.log.isLevelEnabled(level)) this.deps.log[level]({ actuator, ...event }, event.type === "rejected" ? "refused" : event.type); // no object built for a line not written
     this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 
@@ -879,7 +921,7 @@ export class Gateway {
     if (this.fatalError !== null) return;
     this.fatalError = err;
     this.accepting = false;
-    this.deps.log.fatal({ err: String(err) }, "the journal could not commit; stopping all decisions");
+    this.deps.log.fatal({ err }, "the journal could not commit; stopping all decisions");
     this.deps.onFatal(err);
   }
 

@@ -40,7 +40,7 @@ export function isJournalWriter(journal: Journal): journal is Journal & JournalW
 export class JournalError extends Error {
   override readonly name = "JournalError";
   constructor(
-    readonly code: "JOURNAL_UNREADABLE" | "JOURNAL_INCONSISTENT" | "JOURNAL_NEWER_VERSION" | "JOURNAL_LOST_HISTORY",
+    readonly code: "JOURNAL_UNREADABLE" | "JOURNAL_INCONSISTENT" | "JOURNAL_NEWER_VERSION" | "JOURNAL_LOST_HISTORY" | "JOURNAL_MISSING",
     message: string,
     options?: { cause?: unknown },
   ) {

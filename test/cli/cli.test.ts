@@ -29,10 +29,13 @@ async function cli(...args: string[]): Promise<Run> {
   return cliWith({ FENCEGATE_BROKER: broker.url }, ...args);
 }
 
+/** The seq counters of `send` without --seq: in the test's directory, never the user's own. */
+const stateDir = () => join(dir, "state");
+
 async function cliWith(env: Record<string, string>, ...args: string[]): Promise<Run> {
   try {
     const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, ...args], {
-      env: { ...process.env, ...env },
+      env: { ...process.env, FENCEGATE_STATE_DIR: stateDir(), ...env },
       encoding: "utf8",
       timeout: 30_000,
     });
@@ -44,6 +47,22 @@ async function cliWith(env: Record<string, string>, ...args: string[]): Promise<
 }
 
 const json = (r: Run) => JSON.parse(r.stdout);
+
+/** `fencegate watch ACTUATOR` running: `seen(pattern)` resolves once its output matches, and fails with the output if it does not within 15 s. */
+function watchOutput(actuator: string) {
+  const child = spawn(process.execPath, [FENCEGATE_BIN, "watch", actuator], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
+  let output = "";
+  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
+  const seen = (pattern: RegExp) =>
+    new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`watch did not print ${pattern} within 15 s; it printed:\n${output}`)), 15_000);
+      const check = () => pattern.test(output) && (clearTimeout(timer), resolve());
+      child.stdout.on("data", check);
+      child.once("exit", (code) => reject(new Error(`watch exited ${code}: ${output}`)));
+      check();
+    });
+  return { seen, output: () => output, stop: () => child.kill("SIGINT") };
+}
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-cli-"));
@@ -89,7 +108,7 @@ describe("fencegate CLI", () => {
     expect(json(sent)).toMatchObject({ ok: false, error: { code: "UNKNOWN_POINT" } });
     const ok = await cli("send", "valve-2", "position=10", "--token", String(token), "--holder", "ops-2", "--json");
     expect(json(ok)).toMatchObject({ ok: true, actuator: "valve-2", token, applied: { position: 10 } });
-    expect(json(ok).seq).toBeGreaterThan(1_600_000_000_000); // default seq: milliseconds since the epoch
+    expect(json(ok).seq).toBe(1); // default seq: the counter's first for this holder and token
     const read = await cli("read", "valve-2", "--json");
     expect(json(read)).toMatchObject({ ok: true, actuator: "valve-2", online: true, lease: { holder: "ops-2", token }, points: { position: 10 } });
   });
@@ -233,22 +252,28 @@ describe("fencegate CLI", () => {
 
   it("shows the applied values in watch", async () => {
     const { token } = json(await cli("lease", "acquire", "valve-3", "--ttl-ms", "30000", "--holder", "ops-9", "--json"));
-    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3"], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
-    let output = "";
-    const seen = (pattern: RegExp) =>
-      new Promise<void>((resolve, reject) => {
-        const check = () => pattern.test(output) && resolve();
-        watch.stdout.setEncoding("utf8").on("data", (chunk: string) => ((output += chunk), check()));
-        watch.once("exit", (code) => reject(new Error(`watch exited ${code}: ${output}`)));
-        check();
-      });
+    const watch = watchOutput("valve-3");
     try {
-      await seen(/^\[state\] valve-3: online/m); // subscribed: the retained state came first
+      await watch.seen(/^\[state\] valve-3: online/m); // subscribed: the retained state came first
       expect((await cli("send", "valve-3", "position=12.5", "--token", String(token), "--seq", "1", "--holder", "ops-9")).code).toBe(0);
-      await seen(/ applied +position=12.5 holder=ops-9 token=\d+ seq=1$/m);
+      await watch.seen(/ applied +position=12.5 holder=ops-9 token=\d+ seq=1$/m);
     } finally {
-      watch.kill("SIGINT");
+      watch.stop();
       await cli("lease", "release", "valve-3", "--token", String(token), "--holder", "ops-9");
+    }
+  });
+
+  it("says refused in watch for a refused command, as the status page does", async () => {
+    const { token } = json(await cli("lease", "acquire", "valve-3", "--ttl-ms", "30000", "--holder", "ops-8", "--json"));
+    const watch = watchOutput("valve-3");
+    try {
+      await watch.seen(/^\[state\] valve-3: online/m);
+      expect((await cli("send", "valve-3", "position=12.5", "--token", String(token), "--seq", "1", "--holder", "ops-7")).code).not.toBe(0);
+      await watch.seen(/ refused +holder=ops-7 token=\d+ seq=1 code=NOT_HOLDER$/m);
+      expect(watch.output()).not.toMatch(/rejected/);
+    } finally {
+      watch.stop();
+      await cli("lease", "release", "valve-3", "--token", String(token), "--holder", "ops-8");
     }
   });
 });
@@ -287,5 +312,108 @@ describe("fencegate CLI without a gateway", () => {
     } finally {
       await aedes.close();
     }
+  });
+});
+
+describe("fencegate CLI: what an operator types wrong or leaves out", () => {
+  const SEND_USAGE = "usage: fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]";
+
+  it.each([
+    ["--broker", { FENCEGATE_BROKER: "mqtt://127.0.0.1:1883" }, ["--broker", "notaurl"]],
+    ["FENCEGATE_BROKER", { FENCEGATE_BROKER: "notaurl" }, []],
+    ["--broker", { FENCEGATE_BROKER: "mqtt://127.0.0.1:1883" }, ["--broker", "http://127.0.0.1:1883"]],
+  ])("refuses a broker that is not an MQTT URL: usage error 64 naming %s", async (source, env, flags) => {
+    const run = await cliWith(env, "read", "valve-1", ...flags);
+    expect(run.code).toBe(64);
+    const url = flags[1] ?? env.FENCEGATE_BROKER;
+    expect(run.stderr.split("\n")[0]).toBe(`fencegate read: ${source} "${url}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`);
+  });
+
+  it("numbers sends without --seq from a counter per holder and token, moved above the fence when the counter was lost", async () => {
+    const { token } = json(await cli("lease", "acquire", "valve-1", "--ttl-ms", "30000", "--holder", "ops-seq", "--json"));
+    const seqs = [];
+    for (const position of ["11", "12"]) {
+      const sent = await cli("send", "valve-1", `position=${position}`, "--token", String(token), "--holder", "ops-seq", "--json");
+      expect(sent.code, sent.stderr).toBe(0);
+      seqs.push(json(sent).seq);
+    }
+    expect(seqs).toEqual([1, 2]);
+    // Another account (or a wiped home): its counter starts at 1, which the fence already passed.
+    const elsewhere = await cliWith({ FENCEGATE_BROKER: broker.url, FENCEGATE_STATE_DIR: join(dir, "state-elsewhere") }, "send", "valve-1", "position=13", "--token", String(token), "--holder", "ops-seq", "--json");
+    expect(json(elsewhere)).toMatchObject({ ok: true, seq: 3, applied: { position: 13 } });
+    expect(sim.device(1).targetPosition).toBe(13);
+    await cli("lease", "release", "valve-1", "--token", String(token), "--holder", "ops-seq");
+  });
+
+  it("says in send --help how the default seq is chosen", async () => {
+    const help = await cli("send", "--help");
+    expect(help.stdout).toContain("Without --seq: one more than the last seq sent from this account");
+  });
+
+  it.each([
+    ["a negative --seq", ["send", "valve-1", "position=1", "--token", "1", "--seq", "-1"], 'fencegate send: --seq needs a value; "-1" starts with "-", so write --seq=-1 if that is the value'],
+    ["a negative --seq written with =", ["send", "valve-1", "position=1", "--token", "1", "--seq=-1"], "fencegate send: --seq must be an integer ≥ 0"],
+    ["an unknown option", ["read", "valve-1", "--colour", "red"], 'fencegate read: unknown option "--colour"'],
+    ["a flag given a value", ["status", "--json=yes"], "fencegate status: --json takes no value"],
+    ["a missing value", ["read", "valve-1", "-b"], "fencegate read: --broker needs a value"],
+  ])("says %s in its own words, in three lines", async (_name, args, first) => {
+    const run = await cli(...args);
+    expect(run.code).toBe(64);
+    const lines = run.stderr.trimEnd().split("\n");
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toBe(first);
+  });
+
+  it.each([
+    ["daemon", "usage: fencegate daemon"],
+    ["doctor", "usage: fencegate doctor"],
+    ["start", "usage: fencegate start"],
+    ["log", "usage: fencegate log"],
+  ])("%s refuses an unknown option in two lines, in its own words", async (command, usage) => {
+    const run = await cli(command, "--colour", "red");
+    expect(run.code).toBe(64);
+    const lines = run.stderr.trimEnd().split("\n");
+    expect(lines[0]).toBe(`fencegate ${command}: unknown option "--colour"`);
+    expect(lines[1]).toContain(usage);
+    expect(lines).toHaveLength(2);
+  });
+
+  it("takes the lease for the configuration's leases.defaultTtlMs when --ttl-ms is not given", async () => {
+    const config = join(dir, "gateway.yaml"); // the daemon's own: leases.defaultTtlMs 5000
+    const fromConfig = await cliWith({}, "lease", "acquire", "valve-2", "--config", config, "--holder", "ops-ttl", "--json");
+    expect(json(fromConfig)).toMatchObject({ ok: true, holder: "ops-ttl", ttlMs: 5000 });
+    await cli("lease", "release", "valve-2", "--token", String(json(fromConfig).token), "--holder", "ops-ttl");
+    const bare = await cli("lease", "acquire", "valve-2", "--holder", "ops-ttl", "--json");
+    expect(json(bare)).toMatchObject({ ok: true, ttlMs: 10_000 }); // the gateway's default default
+    await cli("lease", "release", "valve-2", "--token", String(json(bare).token), "--holder", "ops-ttl");
+  });
+
+  it("names --ttl-ms, the flag the operator typed, when the TTL is out of range", async () => {
+    const run = await cli("lease", "acquire", "valve-2", "--ttl-ms", "10", "--holder", "ops-ttl");
+    expect(run.code).toBe(5);
+    expect(run.stderr).toMatch(/^INVALID_REQUEST: --ttl-ms must be an integer from 100 to 60000/);
+    expect(run.stderr).not.toContain("ttlMs");
+  });
+
+  it("refuses a point given twice: usage error 64, nothing sent", async () => {
+    const wire = await TopicWatcher.connect(broker.url, ["fencegate/valve-1/command"]);
+    try {
+      const run = await cli("send", "valve-1", "position=5", "position=6", "--token", "1", "--seq", "1", "--holder", "ops-1");
+      expect(run).toMatchObject({ code: 64, stderr: `fencegate send: position is given twice (position=5 and position=6): give each point once\n${SEND_USAGE}\nRun \`fencegate send --help\` for the options and examples.\n` });
+      expect(wire.messages).toEqual([]);
+    } finally {
+      await wire.close();
+    }
+  });
+
+  it("shows the original outcome a DUPLICATE repeats", async () => {
+    const { token } = json(await cli("lease", "acquire", "valve-3", "--ttl-ms", "30000", "--holder", "ops-dup", "--json"));
+    const send = () => cli("send", "valve-3", "position=21.5", "--token", String(token), "--seq", "7", "--holder", "ops-dup");
+    expect((await send()).code).toBe(0);
+    const again = await send();
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/^DUPLICATE: /);
+    expect(again.stderr).toContain(`\n  original: applied position=21.5 (token ${token}, seq 7)\n`);
+    await cli("lease", "release", "valve-3", "--token", String(token), "--holder", "ops-dup");
   });
 });

@@ -136,4 +136,12 @@ describe("the first hour", () => {
     expect(prettyLine(line)).toBe('03:04:05.006 WARN  command refused  actuator=valve-1 holder="line a" token=3\n');
     expect(prettyLine("not json")).toBe("not json\n");
   });
+
+  it("shows a logged error's message in the line and its stack under it", () => {
+    const err = { type: "Error", message: "disk I/O error: caused by EIO", stack: "Error: disk I/O error\n    at commit (journal.ts:1:1)\ncaused by: Error: EIO\n    at write (fs.js:2:2)" };
+    const line = JSON.stringify({ level: 60, time: Date.UTC(2026, 0, 2, 3, 4, 5, 6), msg: "the journal could not commit", err });
+    expect(prettyLine(line)).toBe(
+      '03:04:05.006 FATAL the journal could not commit  err="disk I/O error: caused by EIO"\n    at commit (journal.ts:1:1)\n    caused by: Error: EIO\n    at write (fs.js:2:2)\n',
+    );
+  });
 });

@@ -193,12 +193,18 @@ describe("fencegate log", () => {
     ["an unknown outcome", ["valve-1", "--journal", "j.db", "--outcome", "ok"], 64, /--outcome must be one of applied, failed, pending/],
     ["a bad holder", ["valve-1", "--journal", "j.db", "--holder", "op 1"], 64, /--holder must be/],
     ["a bad --since", ["valve-1", "--journal", "j.db", "--since", "yesterday"], 64, /--since must be a date and time/],
-    ["an unknown option", ["valve-1", "--journal", "j.db", "--follow"], 64, /Unknown option '--follow'/],
+    ["an unknown option", ["valve-1", "--journal", "j.db", "--follow"], 64, /unknown option "--follow"/],
     ["a missing journal", ["valve-1", "--journal", "/nonexistent/journal.db"], 66, /cannot be opened .*check journal.path/],
   ])("refuses %s with a sentence", async (_what, args, code, message) => {
     const run = await log(...args);
     expect(run.code).toBe(code);
     expect(run.stderr).toMatch(message);
+  });
+
+  it("keeps a usage error to two lines: what is wrong, and the usage", async () => {
+    const run = await log("valve-1", "--journal", "j.db", "--limit", "0");
+    expect(run.code).toBe(64);
+    expect(run.stderr).toBe("fencegate log: --limit must be a whole number from 1 to 1000\nusage: fencegate log ACTUATOR (--config FILE | --journal FILE) [options]  (`fencegate log --help` for the options)\n");
   });
 
   it("says which actuators the journal has when asked for another", async () => {

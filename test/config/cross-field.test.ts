@@ -3,7 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { loadConfigText, parseConfig, type ConfigError, type ConfigProblem } from "../../src/config/index.ts";
+import { loadConfigText } from "../../src/config/load.ts";
+import { parseConfig } from "../../src/config/parse.ts";
+import type { ConfigError, ConfigProblem } from "../../src/config/problems.ts";
 import { minimalConfig } from "./fixture.ts";
 import { onlyProblem, pathsOf } from "./helpers.ts";
 

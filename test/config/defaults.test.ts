@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { actuatorCoreConfig, parseConfig } from "../../src/config/index.ts";
+import { actuatorCoreConfig } from "../../src/config/core.ts";
+import { parseConfig } from "../../src/config/parse.ts";
 import { minimalConfig } from "./fixture.ts";
 
 describe("defaults", () => {
@@ -14,6 +15,7 @@ describe("defaults", () => {
       keepaliveS: 30,
       reconnect: { minMs: 1000, maxMs: 30_000 },
       maxPayloadBytes: 16_384,
+      requestBudget: { perRequesterPerS: 50, perRequesterBurst: 100, perActuatorPerS: 500, perActuatorBurst: 1000 },
     });
     expect(config.buses.line1).toEqual({
       type: "rtu",
@@ -28,9 +30,9 @@ describe("defaults", () => {
     expect(config.buses.plc).toEqual({ type: "tcp", host: "10.0.0.5", port: 502, timeoutMs: 1000, reconnect: { minMs: 500, maxMs: 30_000 } });
     expect(config.leases).toEqual({ minTtlMs: 1000, maxTtlMs: 300_000, defaultTtlMs: 10_000 });
     expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
-    expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", gatherMaxMs: 2, auditLagMs: 200, auditLagRecords: 256, auditQueueLimit: 8192, commitStallMs: 10_000 });
+    expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", createIfMissing: false, gatherMaxMs: 2, auditLagMs: 200, auditLagRecords: 256, auditQueueLimit: 8192, commitStallMs: 10_000 });
     expect(config.logging).toEqual({ level: "info" });
-    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 }, allowNonLoopback: false });
+    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 }, allowNonLoopback: false, hostNames: [] });
     expect(config.shutdown).toEqual({ drainTimeoutMs: 5000 });
   });
 

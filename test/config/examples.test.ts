@@ -2,7 +2,8 @@ import { FENCED } from "../../firmware-bridge/src/profile.ts";
 import { readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { actuatorCoreConfig, loadConfigFile } from "../../src/config/index.ts";
+import { actuatorCoreConfig } from "../../src/config/core.ts";
+import { loadConfigFile } from "../../src/config/load.ts";
 
 const CONFIG_DIR = resolve(import.meta.dirname, "../../config");
 const examples = readdirSync(CONFIG_DIR).filter((f) => f.endsWith(".yaml"));

@@ -1,5 +1,7 @@
 import { expect } from "vitest";
-import { ConfigError, loadConfigFile, parseConfig, type ConfigProblem } from "../../src/config/index.ts";
+import { loadConfigFile } from "../../src/config/load.ts";
+import { parseConfig } from "../../src/config/parse.ts";
+import { ConfigError, type ConfigProblem } from "../../src/config/problems.ts";
 
 /** The problems `parseConfig` reports for `value`; fails the test if it parses. */
 export function problemsOf(value: unknown): readonly ConfigProblem[] {

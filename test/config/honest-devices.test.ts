@@ -5,7 +5,8 @@
  * deadlines they serve, and the write function per actuator.
  */
 import { describe, expect, it } from "vitest";
-import { isLoopbackHost, parseConfig } from "../../src/config/index.ts";
+import { parseConfig } from "../../src/config/parse.ts";
+import { isLoopbackHost } from "../../src/config/schema.ts";
 import { minimalConfig } from "./fixture.ts";
 import { onlyProblem, pathsOf, problemsOf } from "./helpers.ts";
 

@@ -8,10 +8,11 @@
  *
  * Actuators: valve-1 (unit 1, polled) for the lease and fence codes; valve-2 (unit 2, not
  * polled, so a test knows which transaction an injected fault hits) for the queue and
- * device codes; valve-max (unit 3, its fence pre-seeded at 2^53-1) for INTERNAL.
+ * device codes; valve-max (unit 3, its fence pre-seeded at 2^53-1) for TOKENS_EXHAUSTED.
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { FencegateClient, FencegateError } from "fencegate-client";
 import ModbusSerial from "modbus-serial";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { FENCED, MAX_TOKEN, encodeCommandBlock } from "../../firmware-bridge/src/profile.ts";
@@ -165,9 +166,17 @@ describe("RETAINED_REQUEST", () => {
 });
 
 describe("UNKNOWN_ACTUATOR", () => {
-  it("is returned for a well-formed actuator id this gateway does not have, naming it", async () => {
+  it("is said by the client library for a well-formed actuator id no gateway announces, naming it; the gateway never hears the request", async () => {
     const before = sim.device(1);
-    refusal(await a.acquire("valve-9", 5000), "UNKNOWN_ACTUATOR", /valve-9/);
+    const client = await FencegateClient.connect({ url: brokerUrl, holder: "ctl-u" });
+    try {
+      const err = await client.acquire("valve-9", { ttlMs: 5000 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(FencegateError);
+      const { code, message } = err as FencegateError;
+      refusal({ ok: false, error: { code, message: message.replace(/^[A-Z_]+: /, "") } }, "UNKNOWN_ACTUATOR", /valve-9/);
+    } finally {
+      await client.close();
+    }
     expectUntouched(before, await deviceAfterFlush("valve-1", 1));
   });
 });
@@ -433,16 +442,14 @@ describe("OUTCOME_UNKNOWN", () => {
   });
 });
 
-describe("INTERNAL", () => {
+describe("TOKENS_EXHAUSTED", () => {
   it("is returned when the device's fence already holds the highest token, saying what to do", async () => {
     const before = sim.device(3);
     expect(before.fence.token).toBe(MAX_TOKEN);
-    const error = refusal(await a.acquire("valve-max", 5000), "INTERNAL", /token/);
+    const error = refusal(await a.acquire("valve-max", 5000), "TOKENS_EXHAUSTED", /token/);
     expect(error.message).toMatch(/\b(replace|reset|recommission)\b/i);
     expect(await gatewayState("valve-max")).toMatchObject({ lease: null, fence: { token: MAX_TOKEN } });
     expectUntouched(before, await deviceAfterFlush("valve-max", 3));
-    // "a bug; logged with detail"
-    await daemon.waitForLog((l) => l.actuator === "valve-max" && l.code === "INTERNAL", 2000, "the INTERNAL refusal");
   });
 });
 

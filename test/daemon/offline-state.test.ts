@@ -5,13 +5,12 @@
  * as a controller would run them.
  */
 import { execFile } from "node:child_process";
-import { randomUUID } from "node:crypto";
 import { promisify } from "node:util";
+import { FencegateClient, type ActuatorState } from "fencegate-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FencegateClient, type ActuatorState } from "../../src/client/index.ts";
 import { DaemonProcess, FENCEGATE_BIN } from "../support/daemon.ts";
 import { Teardown, startValveStack, type ValveStack } from "../support/stack.ts";
-import { TopicWatcher, safeJson } from "../support/watch.ts";
+import { TopicWatcher, retainedOn, safeJson } from "../support/watch.ts";
 
 const A = "valve-1";
 const STATE = `fencegate/${A}/state`;
@@ -24,23 +23,7 @@ beforeAll(async () => {
 });
 afterAll(() => teardown.run());
 
-/**
- * What a newcomer to the broker is told: the retained messages on `topics`. The broker queues
- * them when it takes the subscription, so a message the newcomer publishes to itself after
- * that arrives after them: waiting for it is exact, where waiting for a quiet spell is not
- * (on a busy machine the retained messages can take longer than the spell).
- */
-async function retained(topics: string[]): Promise<Map<string, string>> {
-  const marker = `fencegate-test/${randomUUID()}`;
-  const late = await TopicWatcher.connect(world.broker.url, [...topics, marker]);
-  try {
-    await late.client.publishAsync(marker, "after the retained messages", { qos: 1 });
-    await late.waitFor((m) => m.topic === marker, { what: "the newcomer's own message" });
-    return new Map(late.messages.filter((m) => m.retain && m.topic !== marker).map((m) => [m.topic, m.payload]));
-  } finally {
-    await late.close();
-  }
-}
+const retained = (topics: string[]) => retainedOn(world.broker.url, topics);
 
 async function leased(): Promise<void> {
   const grant = await world.ctl.acquire(A, 60_000);

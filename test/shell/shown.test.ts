@@ -28,10 +28,11 @@ class HeldDevice implements DevicePort {
   }
 }
 
-function setup(queueLimit = 10_000) {
+function setup(queueLimit = 10_000, ids: readonly string[] = [A]) {
   const journal = new MemoryJournal({ recentLimit: 8 });
   const snapshots = journal.load();
-  const device = new HeldDevice();
+  const devices = new Map(ids.map((id) => [id, new HeldDevice()]));
+  const device = devices.get(A)!;
   const replies = new Map<number, OutboundReply>();
   const states: StateView[] = [];
   const nowMs = 0;
@@ -51,20 +52,18 @@ function setup(queueLimit = 10_000) {
       audit: { lagMs: 60_000, lagRecords: 1_000, queueLimit, stallMs: 120_000 },
       outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: (view) => states.push(view) },
       log: pino({ level: "silent" }),
-      actuators: [
-        {
-          id: A,
+      actuators: ids.map((id) => ({
+          id,
           config: {
             points: { position: { writable: true, min: 0, max: 100 } },
             expiryPolicy: { kind: "hold" },
             limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 },
           },
-          device,
+          device: devices.get(id)!,
           fenced: false,
           pollIntervalMs: 3_600_000,
           defaultDeadlineMs: 5_000,
-        },
-      ],
+        })),
       onFatal: (err) => {
         throw err;
       },
@@ -72,8 +71,8 @@ function setup(queueLimit = 10_000) {
     snapshots,
   );
   gateway.start();
-  gateway.linkChanged(A, true);
-  return { journal, device, replies, states, gateway };
+  for (const id of ids) gateway.linkChanged(id, true);
+  return { journal, device, devices, replies, states, gateway };
 }
 
 describe("what the shell shows, and when", () => {
@@ -131,5 +130,34 @@ describe("what the shell shows, and when", () => {
     gateway.submit(A, 4, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
     expect(replies.get(4)).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: expect.stringMatching(/journal is 3 records behind/) } });
     expect(device.writes).toHaveLength(2);
+  });
+
+  it("with two actuators, the one whose records fill its share of auditQueueLimit is refused OVERLOADED, and the other's commands go on", async () => {
+    const B = "valve-2";
+    const { devices, replies, gateway } = setup(8, [A, B]); // a share of 4 records each
+    await turn();
+    gateway.submit(A, 1, { verb: "lease/acquire", holder: "line-a", ttlMs: 30_000 });
+    gateway.submit(B, 2, { verb: "lease/acquire", holder: "line-b", ttlMs: 30_000 });
+    await turn();
+    await turn();
+    expect(gateway.committer.backlog().records).toBe(0); // the grants are durable
+    // valve-1's controller floods: two commands answered, four records (intent, outcome) waiting.
+    for (const [ref, seq] of [[3, 1], [4, 2]] as const) {
+      gateway.submit(A, ref, { verb: "command", holder: "line-a", token: 1, seq, set: { position: seq } });
+      await turn();
+      devices.get(A)!.writes.at(-1)!.answer({ kind: "applied", applied: { position: seq } });
+      await turn();
+    }
+    expect(gateway.committer.backlogOf(A)).toBe(4);
+    gateway.submit(A, 5, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
+    expect(replies.get(5)).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: "The journal is 4 records behind (4 of them this actuator's, its share) (the disk is slower than the commands); the command was not sent. Retry shortly." } });
+    expect(devices.get(A)!.writes).toHaveLength(2);
+    // valve-2 is not held back by valve-1's flood.
+    gateway.submit(B, 6, { verb: "command", holder: "line-b", token: 1, seq: 1, set: { position: 7 } });
+    await turn();
+    devices.get(B)!.writes[0]!.answer({ kind: "applied", applied: { position: 7 } });
+    await turn();
+    expect(replies.get(6)).toMatchObject({ ok: true, outcome: "applied" });
+    expect(gateway.committer.saturation()).toMatch(/^the journal is 6 records behind: valve-1 holds its share of journal\.auditQueueLimit \(4 records each\)/);
   });
 });

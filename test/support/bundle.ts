@@ -3,7 +3,7 @@
  * start the daemon many times: through tsx each start costs twice the CPU (seconds on a
  * loaded two-core machine). Inside node_modules so its bare imports resolve.
  */
-import { rmSync } from "node:fs";
+import { cpSync, rmSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { build } from "esbuild";
 import { DIST_MAIN, ENTRY_POINTS } from "../../bin/dist.mjs";
@@ -29,5 +29,7 @@ export async function bundleCli(): Promise<CliBundle> {
     outdir,
     logLevel: "warning",
   });
+  // The status page's files beside the bundle, as bin/build.mjs puts them beside dist/.
+  cpSync(join(ROOT, "src/adapters/http/status-page"), join(outdir, "status-page"), { recursive: true });
   return { bin: join(outdir, basename(DIST_MAIN)), remove: () => rmSync(outdir, { recursive: true, force: true }) };
 }

@@ -4,8 +4,8 @@
  * response topic and correlation data, or over 3.1.1 on B/A/reply/H.
  */
 import { randomUUID } from "node:crypto";
+import { brokerAddress } from "fencegate-client";
 import mqtt, { type MqttClient } from "mqtt";
-import { brokerAddress } from "../../src/client/client.ts";
 import { tcpNoDelay } from "./watch.ts";
 
 export type Json = Record<string, any>;

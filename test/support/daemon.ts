@@ -52,7 +52,7 @@ export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
     actuators: s.actuators,
     leases: { minTtlMs: 100, maxTtlMs: 60_000, defaultTtlMs: 5000, ...s.leases },
     commands: s.commands ?? {},
-    journal: { ...s.journal, path: s.journalPath },
+    journal: { createIfMissing: true, ...s.journal, path: s.journalPath },
     logging: { level: "debug" },
     metrics: s.metricsPort ? { enabled: true, port: s.metricsPort, ...s.metrics } : { enabled: false },
   };

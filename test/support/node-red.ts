@@ -16,7 +16,7 @@ function atLeast(version: string, major: number, minor: number): boolean {
   return a > major || (a === major && b >= minor);
 }
 
-/** The devDependency to run: `node-red-5` is node-red@5 under an npm alias. */
+/** The package to run: `node-red-5` is node-red@5 under an npm alias (test/node-red-5, installed on Node >= 22.9 only). */
 export const NODE_RED_PACKAGE = atLeast(process.versions.node, 22, 9) ? "node-red-5" : "node-red";
 
 export interface NodeRedRuntime {

@@ -7,6 +7,8 @@ import { spawn, type ChildProcess } from "node:child_process";
 export interface SimProcess {
   readonly child: ChildProcess;
   readonly exited: Promise<void>;
+  /** The last of what it wrote to stderr (why it exited, if it did). */
+  readonly stderr: string;
 }
 
 /** Starts `node <bin> sim <args>` and resolves once it printed its ready line. */
@@ -15,7 +17,7 @@ export async function startSimProcess(bin: string, args: readonly string[], read
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   let out = "";
   let err = "";
-  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err += s));
+  child.stderr!.setEncoding("utf8").on("data", (s: string) => (err = (err + s).slice(-4000)));
   await new Promise<void>((resolveReady, reject) => {
     const timer = setTimeout(() => reject(new Error(`fencegate sim not ready in ${readyTimeoutMs / 1000} s: ${err}`)), readyTimeoutMs);
     child.stdout!.setEncoding("utf8").on("data", (s: string) => {
@@ -27,5 +29,11 @@ export async function startSimProcess(bin: string, args: readonly string[], read
     });
     void exited.then(() => reject(new Error(`fencegate sim exited: ${err}`)));
   });
-  return { child, exited };
+  return {
+    child,
+    exited,
+    get stderr() {
+      return err;
+    },
+  };
 }

@@ -4,8 +4,8 @@
  * such as the simulator's device snapshot.
  */
 import { randomUUID } from "node:crypto";
+import { brokerAddress } from "fencegate-client";
 import mqtt, { type MqttClient } from "mqtt";
-import { brokerAddress } from "../../src/client/client.ts";
 
 export interface Seen {
   readonly topic: string;
@@ -131,4 +131,22 @@ export function tcpNoDelay(client: MqttClient): MqttClient {
   set();
   client.on("connect", set);
   return client;
+}
+
+/**
+ * What a newcomer to the broker is told: the retained messages on `topics`. The broker queues
+ * them when it takes the subscription, so a message the newcomer publishes to itself after
+ * that arrives after them: waiting for it is exact, where waiting for a quiet spell is not
+ * (on a busy machine the retained messages can take longer than the spell).
+ */
+export async function retainedOn(brokerUrl: string, topics: string[]): Promise<Map<string, string>> {
+  const marker = `fencegate-test/${randomUUID()}`;
+  const late = await TopicWatcher.connect(brokerUrl, [...topics, marker]);
+  try {
+    await late.client.publishAsync(marker, "after the retained messages", { qos: 1 });
+    await late.waitFor((m) => m.topic === marker, { what: "the newcomer's own message" });
+    return new Map(late.messages.filter((m) => m.retain && m.topic !== marker).map((m) => [m.topic, m.payload]));
+  } finally {
+    await late.close();
+  }
 }

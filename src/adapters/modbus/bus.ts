@@ -8,6 +8,9 @@
  * A unit's health: requests that got no usable answer (a timeout, or a malformed answer)
  * count against it; after `offlineAfterFailures` in a row it is reported offline, with the
  * reason, until it answers properly again. A Modbus exception is an answer: the unit is there.
+ * A unit that has not answered once since the bus was started is offline from the start, so
+ * no change reports it: a warning names it after `offlineAfterFailures` requests and again at
+ * most every `silentUnitWarnEveryMs` while it stays silent: a miswired device is otherwise silent.
  */
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
@@ -29,6 +32,13 @@ export function busLink(bus: BusConfig): BusLink {
   return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
 }
 
+/**
+ * The offline rule: a unit is reported offline after this many requests in a row without a
+ * usable answer (a timeout, a malformed answer), and online again at its first answer. Two,
+ * not one: a single lost frame on a noisy RS-485 line is not an outage (docs/mqtt-api.md).
+ */
+export const OFFLINE_AFTER_FAILURES = 2;
+
 export interface BusOptions {
   readonly name: string;
   readonly link: BusLink;
@@ -39,6 +49,8 @@ export interface BusOptions {
   readonly quietAfterTimeoutMs: number;
   /** Requests in a row without a usable answer (timeouts, malformed answers) after which a unit is reported offline. */
   readonly offlineAfterFailures: number;
+  /** A unit that has never answered is warned about at most this often (default {@link SILENT_UNIT_WARN_EVERY_MS}). */
+  readonly silentUnitWarnEveryMs?: number;
   /** Bound on transactions waiting per unit, for each class (commands, polls). */
   readonly queueLimitPerUnit: number;
   /**
@@ -47,6 +59,8 @@ export interface BusOptions {
    */
   readonly permit?: () => boolean;
 }
+
+const SILENT_UNIT_WARN_EVERY_MS = 60_000;
 
 /** The link is down: the request was never sent. */
 export class LinkDownError extends Error {
@@ -58,7 +72,7 @@ export class BusBusyError extends Error {
 }
 
 /** No answer came within the bus timeout; the message says what the line carried instead, if anything. */
-export class TransactionTimeoutError extends Error {
+class TransactionTimeoutError extends Error {
   override readonly name = "TransactionTimeoutError";
   readonly errno = "ETIMEDOUT";
 }
@@ -98,6 +112,10 @@ export class ModbusBus extends EventEmitter {
   private reopenTimer: NodeJS.Timeout | null = null;
   private readonly failures = new Map<number, number>();
   private readonly online = new Map<number, boolean>();
+  /** Units that have answered since the bus was started. */
+  private readonly answered = new Set<number>();
+  /** Per unit that has never answered: when it was last warned about (performance.now()). */
+  private readonly silentWarnedAtMs = new Map<number, number>();
   /** Per unit: rises whenever the unit may have been replaced (the link reopened, the unit went silent). */
   private readonly sessions = new Map<number, number>();
   private quietUntil = 0;
@@ -245,11 +263,28 @@ export class ModbusBus extends EventEmitter {
   private noteFailure(unit: number, why: string): void {
     const n = (this.failures.get(unit) ?? 0) + 1;
     this.failures.set(unit, n);
-    if (n >= this.options.offlineAfterFailures) this.setUnit(unit, false, `unit ${unit} gave no usable answer to ${n} requests in a row (the last: ${why})`);
+    if (n < this.options.offlineAfterFailures) return;
+    this.setUnit(unit, false, `unit ${unit} gave no usable answer to ${n} requests in a row (the last: ${why})`);
+    if (!this.answered.has(unit)) this.warnSilent(unit, n, why);
+  }
+
+  private warnSilent(unit: number, requests: number, why: string): void {
+    const now = performance.now();
+    const last = this.silentWarnedAtMs.get(unit);
+    if (last !== undefined && now - last < (this.options.silentUnitWarnEveryMs ?? SILENT_UNIT_WARN_EVERY_MS)) return;
+    this.silentWarnedAtMs.set(unit, now);
+    const { name, timeoutMs, link } = this.options;
+    const check = link.kind === "rtu" ? "the unit address, the A/B wiring, the baud rate and parity" : "the unit id and the device's address";
+    this.log.warn(
+      { unit, timeoutMs, requests, reason: why },
+      `unit ${unit} on bus ${name} has not answered since the bus opened (${requests} requests, ${timeoutMs} ms each); check ${check}`,
+    );
   }
 
   private noteAnswer(unit: number): void {
     this.failures.set(unit, 0);
+    this.answered.add(unit);
+    this.silentWarnedAtMs.delete(unit);
     this.setUnit(unit, true, null);
   }
 
@@ -347,6 +382,8 @@ export class ModbusBus extends EventEmitter {
       this.failures.set(unit, 0);
       this.sessions.set(unit, this.session(unit) + 1);
     }
+    this.answered.clear();
+    this.silentWarnedAtMs.clear();
     if (client) await new Promise<void>((resolve) => client.close(() => resolve()));
     await opening;
   }

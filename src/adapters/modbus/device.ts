@@ -52,7 +52,7 @@ interface ReadSpan {
 }
 
 /** Groups points into as few reads as possible: one per table while the span fits. */
-export function planReads(points: Readonly<Record<string, PointConfig>>): ReadSpan[] {
+function planReads(points: Readonly<Record<string, PointConfig>>): ReadSpan[] {
   const spans: ReadSpan[] = [];
   for (const table of ["holding", "input"] as const) {
     const sorted = Object.entries(points)

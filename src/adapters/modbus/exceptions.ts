@@ -5,7 +5,7 @@
  * ("What fencegate adds") states the same table for controller authors.
  */
 import { FENCE_REFUSED_EXCEPTION } from "../../../firmware-bridge/src/profile.ts";
-import type { ErrorCode } from "../../core/codes.ts";
+import type { ErrorCode } from "../../../packages/protocol/src/index.ts";
 
 export interface ExceptionMeaning {
   readonly name: string;
@@ -13,7 +13,7 @@ export interface ExceptionMeaning {
   readonly effect: "none" | "uncertain";
 }
 
-export const MODBUS_EXCEPTIONS: Readonly<Record<number, ExceptionMeaning>> = {
+const MODBUS_EXCEPTIONS: Readonly<Record<number, ExceptionMeaning>> = {
   0x01: { name: "illegal function", effect: "none" },
   0x02: { name: "illegal data address", effect: "none" },
   0x03: { name: "illegal data value", effect: "none" },

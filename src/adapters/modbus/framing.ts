@@ -18,7 +18,7 @@ export class MalformedAnswerError extends DeviceAnswerError {
 }
 
 /** The length of a normal RTU response to `request` (an RTU frame), or null when it cannot be known up front. */
-export function expectedResponseLength(request: Uint8Array): number | null {
+function expectedResponseLength(request: Uint8Array): number | null {
   const fc = request[1];
   const quantity = request.length >= 6 ? (request[4]! << 8) | request[5]! : 0;
   switch (fc) {

@@ -50,7 +50,7 @@ export function takeResponse(rx: Uint8Array, expect: Expectation): Buffer | null
  * address): what it was, for the timeout's report, or null. Not taken, because over RTU it
  * may be a late answer to an earlier request.
  */
-export function findMisfit(rx: Uint8Array, expect: Expectation): string | null {
+function findMisfit(rx: Uint8Array, expect: Expectation): string | null {
   for (let i = 0; i + EXCEPTION_LENGTH <= rx.length; i++) {
     if (rx[i] !== expect.unit || (rx[i + 1] !== expect.fc && rx[i + 1] !== (expect.fc | 0x80))) continue;
     const read = expect.fc >= 1 && expect.fc <= 4 && rx[i + 1] === expect.fc;
