@@ -11,9 +11,9 @@ import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { parseArgs } from "node:util";
 import M from "modbus-serial";
-import { FENCED, encodeCommandBlock } from "../src/profile.ts";
+import { FENCED, encodeCommandBlock } from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair } from "../src/pty.ts";
-import { transactionLimitMs } from "../src/rtu.ts";
+import { transactionLimitMs } from "../../packages/protocol/src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 
 const ModbusRTU = M.default;

@@ -23,7 +23,7 @@ import {
   rawToPosition,
   u32ToWords,
   u64ToWords,
-} from "./profile.ts";
+} from "../../packages/protocol/src/modbus-profile.ts";
 
 export const FIRMWARE_VERSION = 0x0100;
 

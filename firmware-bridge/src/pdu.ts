@@ -4,7 +4,7 @@
  * address, 03 illegal value), and asks the register map. Transport-independent.
  */
 import type { Device, Refusal } from "./device.ts";
-import { EXCEPTION } from "./profile.ts";
+import { EXCEPTION } from "../../packages/protocol/src/modbus-profile.ts";
 
 export function exceptionPdu(fc: number, code: number): Buffer {
   return Buffer.from([(fc | 0x80) & 0xff, code & 0xff]);

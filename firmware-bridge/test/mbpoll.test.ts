@@ -9,7 +9,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FENCED, PROFILE_MAGIC, encodeCommandBlock } from "../src/profile.ts";
+import { FENCED, PROFILE_MAGIC, encodeCommandBlock } from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair, killChild } from "../src/pty.ts";
 import type { PtyPair } from "../src/pty.ts";
 import { sendControl, startSimulator } from "../src/simulator.ts";

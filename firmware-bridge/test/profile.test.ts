@@ -20,7 +20,7 @@ import {
   encodeFenceRaise,
   encodePlainSetpoint,
   PROFILE_VERSION_1_0,
-} from "../src/profile.ts";
+} from "../../packages/protocol/src/modbus-profile.ts";
 
 const config = (over: Partial<DeviceConfig> = {}): DeviceConfig => ({
   unit: 1,

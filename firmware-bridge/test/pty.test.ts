@@ -15,10 +15,10 @@ import {
   decodeReadback,
   encodeCommandBlock,
   PROFILE_MAGIC,
-} from "../src/profile.ts";
+} from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair } from "../src/pty.ts";
 import type { PtyPair } from "../src/pty.ts";
-import { withCrc } from "../src/rtu.ts";
+import { withCrc } from "../../packages/protocol/src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 import type { SimulatorHandle, SimulatorOptions } from "../src/simulator.ts";
 import { closeMaster, failure, rawExchange, rtuMaster, sleep, tempDir, timeoutOf, waitUntil } from "./helpers.ts";

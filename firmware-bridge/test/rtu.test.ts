@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { RtuFramer, charsMs, crc16, expectedRequestLength, hasValidCrc, t35Ms, transactionLimitMs, withCrc } from "../src/rtu.ts";
+import { RtuFramer } from "../src/rtu-framer.ts";
+import { charsMs, crc16, expectedRequestLength, hasValidCrc, t35Ms, transactionLimitMs, withCrc } from "../../packages/protocol/src/rtu.ts";
 
 const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ""), "hex");
 

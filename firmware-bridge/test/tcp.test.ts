@@ -3,10 +3,10 @@
  * profile over a transport, and line-rate emulation against the computed limit.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { FENCE_REFUSED_EXCEPTION, FENCED, PLAIN, decodePlainReadings, encodeCommandBlock, encodePlainSetpoint } from "../src/profile.ts";
+import { FENCE_REFUSED_EXCEPTION, FENCED, PLAIN, decodePlainReadings, encodeCommandBlock, encodePlainSetpoint } from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair } from "../src/pty.ts";
 import type { PtyPair } from "../src/pty.ts";
-import { charsMs, t35Ms, transactionLimitMs } from "../src/rtu.ts";
+import { charsMs, t35Ms, transactionLimitMs } from "../../packages/protocol/src/rtu.ts";
 import { startSimulator } from "../src/simulator.ts";
 import type { SimulatorHandle } from "../src/simulator.ts";
 import { closeMaster, failure, rtuMaster, tcpMaster, timeoutOf } from "./helpers.ts";

@@ -16,7 +16,7 @@ import { parseArgs } from "node:util";
 import { FencegateClient, FencegateError } from "fencegate-client";
 import ModbusSerial from "modbus-serial";
 import { pino } from "pino";
-import { PLAIN, positionToRaw } from "../../firmware-bridge/src/profile.ts";
+import { PLAIN, positionToRaw } from "../../packages/protocol/src/modbus-profile.ts";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { parseConfig } from "../config/parse.ts";
 import { startDaemon, type Daemon } from "../daemon.ts";

@@ -13,7 +13,7 @@
  * next answer reports it online.
  */
 import { Device, MemoryEeprom, PowerLoss, type Refusal } from "../../firmware-bridge/src/device.ts";
-import { FENCED, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../firmware-bridge/src/profile.ts";
+import { FENCED, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../packages/protocol/src/modbus-profile.ts";
 import { exceptionOutcome } from "../adapters/modbus/exceptions.ts";
 import type { Fence, Outcome, PointValues } from "../core/types.ts";
 import type { DeviceCommand, DevicePort } from "../shell/ports.ts";

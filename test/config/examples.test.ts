@@ -1,4 +1,4 @@
-import { FENCED } from "../../firmware-bridge/src/profile.ts";
+import { FENCED } from "../../packages/protocol/src/modbus-profile.ts";
 import { readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";

@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { FencegateClient, FencegateError } from "fencegate-client";
 import ModbusSerial from "modbus-serial";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { FENCED, MAX_TOKEN, encodeCommandBlock } from "../../firmware-bridge/src/profile.ts";
+import { FENCED, MAX_TOKEN, encodeCommandBlock } from "../../packages/protocol/src/modbus-profile.ts";
 import type { DeviceSnapshot as Device } from "../../firmware-bridge/src/device.ts";
 import type { SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { TestController, type Json } from "../support/controller.ts";

@@ -12,7 +12,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { expectationFor, type Expectation } from "../../src/adapters/modbus/framing.ts";
 import { RtuPort, takeResponse } from "../../src/adapters/modbus/rtu-port.ts";
-import { hasValidCrc, withCrc } from "../../firmware-bridge/src/rtu.ts";
+import { hasValidCrc, withCrc } from "../../packages/protocol/src/rtu.ts";
 import { answerTo, chunked, exceptionTo, requestArb } from "./modbus-arbs.ts";
 import { FUZZ_TIMEOUT_MS, runs } from "./runs.ts";
 

@@ -10,7 +10,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { withCrc } from "../../firmware-bridge/src/rtu.ts";
+import { withCrc } from "../../packages/protocol/src/rtu.ts";
 import { MalformedAnswerError, expectationFor, misfit } from "../../src/adapters/modbus/framing.ts";
 import { TcpPort } from "../../src/adapters/modbus/tcp-port.ts";
 import { answerTo, chunked, exceptionTo, requestArb } from "./modbus-arbs.ts";

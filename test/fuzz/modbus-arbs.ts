@@ -1,6 +1,6 @@
 /** Modbus requests and answers for the framing fuzz tests (RTU frames: unit, PDU, CRC). */
 import fc from "fast-check";
-import { withCrc } from "../../firmware-bridge/src/rtu.ts";
+import { withCrc } from "../../packages/protocol/src/rtu.ts";
 
 const u16 = (n: number) => [(n >> 8) & 0xff, n & 0xff];
 

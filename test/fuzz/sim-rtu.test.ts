@@ -10,8 +10,9 @@
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { MemoryEeprom, type DeviceConfig } from "../../firmware-bridge/src/device.ts";
-import { FENCED, u32ToWords, u64ToWords } from "../../firmware-bridge/src/profile.ts";
-import { RtuFramer, hasValidCrc, withCrc } from "../../firmware-bridge/src/rtu.ts";
+import { FENCED, u32ToWords, u64ToWords } from "../../packages/protocol/src/modbus-profile.ts";
+import { RtuFramer } from "../../firmware-bridge/src/rtu-framer.ts";
+import { hasValidCrc, withCrc } from "../../packages/protocol/src/rtu.ts";
 import { Station, type Reply } from "../../firmware-bridge/src/station.ts";
 import { FUZZ_TIMEOUT_MS, runs } from "./runs.ts";
 

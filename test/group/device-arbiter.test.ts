@@ -7,7 +7,7 @@
  * least 3 s of its own window after the last one.)
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { REFUSAL } from "../../firmware-bridge/src/profile.ts";
+import { REFUSAL } from "../../packages/protocol/src/modbus-profile.ts";
 import { TestController } from "../support/controller.ts";
 import { VALVE, isSteppingDown, startGroup, type GroupStack } from "../support/group.ts";
 import { Teardown, daemonReport } from "../support/stack.ts";

@@ -8,7 +8,7 @@
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
-import { transactionLimitMs } from "../../firmware-bridge/src/rtu.ts";
+import { transactionLimitMs } from "../../packages/protocol/src/rtu.ts";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { ModbusBus } from "../../src/adapters/modbus/bus.ts";
 import { ModbusDevice } from "../../src/adapters/modbus/device.ts";

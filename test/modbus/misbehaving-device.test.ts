@@ -6,7 +6,7 @@
  */
 import { pino } from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { FENCED, FENCE_REFUSED_EXCEPTION } from "../../firmware-bridge/src/profile.ts";
+import { FENCED, FENCE_REFUSED_EXCEPTION } from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { ModbusBus, type BusLink } from "../../src/adapters/modbus/bus.ts";
 import { ModbusDevice, type DeviceOptions } from "../../src/adapters/modbus/device.ts";

@@ -7,7 +7,7 @@ import { writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { stringify } from "yaml";
 import { NODE_FLAGS } from "../../bin/node-flags.mjs";
-import { FENCED, PLAIN } from "../../firmware-bridge/src/profile.ts";
+import { FENCED, PLAIN } from "../../packages/protocol/src/modbus-profile.ts";
 import { freePort } from "./ports.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");

@@ -11,8 +11,9 @@
  */
 import net from "node:net";
 import { openSerialPort } from "../../firmware-bridge/src/serial-port.ts";
-import { RtuFramer, withCrc } from "../../firmware-bridge/src/rtu.ts";
-import { PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION } from "../../firmware-bridge/src/profile.ts";
+import { RtuFramer } from "../../firmware-bridge/src/rtu-framer.ts";
+import { withCrc } from "../../packages/protocol/src/rtu.ts";
+import { PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION } from "../../packages/protocol/src/modbus-profile.ts";
 
 export interface SlaveRequest {
   readonly unit: number;

@@ -21,7 +21,7 @@
  * On the bus, `read` is a poll; everything else (a command and the reads it needs first, the
  * fence read and raise that leases wait for) is a command, and goes ahead of waiting polls.
  */
-import { EXCEPTION, FENCED, FENCE_REFUSED_EXCEPTION, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, encodeFenceRaise, refusalName, u32ToWords, u64ToWords } from "../../../firmware-bridge/src/profile.ts";
+import { EXCEPTION, FENCED, FENCE_REFUSED_EXCEPTION, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, encodeFenceRaise, refusalName, u32ToWords, u64ToWords } from "../../../packages/protocol/src/modbus-profile.ts";
 import type { PointConfig } from "../../config/schema.ts";
 import type { Fence, Outcome, PointValues } from "../../core/types.ts";
 import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort, type FenceRaise } from "../../shell/ports.ts";

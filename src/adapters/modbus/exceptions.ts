@@ -4,7 +4,7 @@
  * between "not done" (DEVICE_ERROR) and "may have acted" (OUTCOME_UNKNOWN); docs/mqtt-api.md
  * ("What fencegate adds") states the same table for controller authors.
  */
-import { FENCE_REFUSED_EXCEPTION } from "../../../firmware-bridge/src/profile.ts";
+import { FENCE_REFUSED_EXCEPTION } from "../../../packages/protocol/src/modbus-profile.ts";
 import type { ErrorCode } from "../../../packages/protocol/src/index.ts";
 
 export interface ExceptionMeaning {

@@ -9,7 +9,7 @@
  * CRC is valid, and the bus can ask how long the line has been quiet before it sends again.
  */
 import { SerialPort } from "serialport";
-import { hasValidCrc } from "../../../firmware-bridge/src/rtu.ts";
+import { hasValidCrc } from "../../../packages/protocol/src/rtu.ts";
 import { AnswerPort, expectationFor, misfit, type Expectation } from "./framing.ts";
 
 export interface RtuLineOptions {

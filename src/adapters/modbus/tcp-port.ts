@@ -14,7 +14,7 @@
  * its timeout, and never passes it up as a value.
  */
 import net from "node:net";
-import { withCrc } from "../../../firmware-bridge/src/rtu.ts";
+import { withCrc } from "../../../packages/protocol/src/rtu.ts";
 import { AnswerPort, MalformedAnswerError, expectationFor, misfit, type Expectation } from "./framing.ts";
 
 const MBAP_HEADER = 7;

@@ -54,7 +54,7 @@ export const EXCEPTION = {
  * (0x01..0x0B), so no generic device, gateway or master produces it for another reason: a
  * gateway that sees modbusCode 0x46 from a fenced device knows, from that one response, that
  * the device is alive, received the whole frame intact, and refused the fence. Nothing happened.
- * The reason is in {@link FENCED.LAST_REFUSAL_REASON}. See README "Why 0x46".
+ * The reason is in {@link FENCED.LAST_REFUSAL_REASON}. See firmware-bridge/README.md "Why 0x46".
  */
 export const FENCE_REFUSED_EXCEPTION = 0x46;
 
