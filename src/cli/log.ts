@@ -7,8 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { ArgsError, parseCommandLine } from "./args.ts";
 import { AuditError, AuditReader, MAX_AUDIT_PAGE, OUTCOME_FILTERS, type AuditEntry, type OutcomeFilter } from "../adapters/journal/audit.ts";
-import { ID_PATTERN } from "../config/schema.ts";
-import { HOLDER_RE } from "../adapters/mqtt/topics.ts";
+import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../packages/protocol/src/index.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import { EXIT } from "../exit-codes.ts";
@@ -86,8 +85,8 @@ function parse(argv: string[]): LogArgs | "help" {
   if (values.help) return "help";
   if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? "name the actuator" : `one actuator at a time, got ${positionals.length}`);
   const actuator = positionals[0]!;
-  if (!ID_PATTERN.test(actuator)) throw new UsageError(`"${actuator.slice(0, 80)}" is not an actuator id: 1 to 64 lower-case letters, digits, "-" and "_"`);
-  if (values.holder !== undefined && !HOLDER_RE.test(values.holder)) {
+  if (!ACTUATOR_PATTERN.test(actuator)) throw new UsageError(`"${actuator.slice(0, 80)}" is not an actuator id: 1 to 64 lower-case letters, digits, "-" and "_"`);
+  if (values.holder !== undefined && !HOLDER_PATTERN.test(values.holder)) {
     throw new UsageError('--holder must be 1 to 128 letters, digits, ".", "_", ":" or "-"');
   }
   if (values.outcome !== undefined && !(OUTCOME_FILTERS as readonly string[]).includes(values.outcome)) {

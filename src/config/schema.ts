@@ -9,14 +9,11 @@
 import * as z from "zod";
 import { leaderHangRoomMs, leadershipConfig } from "../core/leadership.ts";
 import { closest } from "./problems.ts";
+import { ACTUATOR_PATTERN, CONFIGURED_POINT_NAME_PATTERN } from "../../packages/protocol/src/index.ts";
 
 // ---------------------------------------------------------------------------------------
 // Names and small building blocks
 
-/** Actuator ids, bus names and the gateway id: one MQTT topic level, per the API spec. */
-export const ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
-/** Point names: the keys of a command's `set`. */
-const POINT_NAME_PATTERN = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 /** An actuator id that would collide with the `B/gateway/<gatewayId>/status` topic. */
 export const RESERVED_ACTUATOR_IDS: readonly string[] = ["gateway"];
 
@@ -37,7 +34,7 @@ function ms(min: number, max: number) {
 }
 
 function id(what: string) {
-  return z.string().regex(ID_PATTERN, {
+  return z.string().regex(ACTUATOR_PATTERN, {
     error: `Must be a valid ${what}: 1 to 64 characters of lower-case letters, digits, "-" and "_", starting with a letter or digit.`,
   });
 }
@@ -355,7 +352,7 @@ const actuator = z.strictObject({
   profile: z.enum(["fenced", "plain"]),
   pollIntervalMs: ms(50, HOUR_MS).default(1000),
   points: z.record(
-    z.string().regex(POINT_NAME_PATTERN, { error: 'Point names are 1 to 64 letters, digits, "-" or "_", starting with a letter.' }),
+    z.string().regex(CONFIGURED_POINT_NAME_PATTERN, { error: 'Point names are 1 to 64 letters, digits, "-" or "_", starting with a letter.' }),
     point,
   ),
   expiry,

@@ -27,10 +27,6 @@ const LONG_FUNCTIONS: Record<string, string> = {
 const EXPORTED_FOR_OWN_FILE: string[] = [
   "src/adapters/mqtt/payloads.ts: stateJson",
   "src/adapters/mqtt/requests.ts: MAX_SET_POINTS",
-  "src/adapters/mqtt/requests.ts: POINT_NAME_RE",
-  "src/adapters/mqtt/requests.ts: ID_RE",
-  "src/adapters/mqtt/requests.ts: isPointName",
-  "src/adapters/mqtt/topics.ts: ACTUATOR_ID_RE",
   "src/config/schema.ts: RESERVED_ACTUATOR_IDS",
   "src/config/schema.ts: BAUD_RATES",
   "src/config/schema.ts: POINT_TYPES",

@@ -4,6 +4,13 @@
  * dependency. Each side imports it from here; none keeps a copy.
  */
 export { ERROR_CODES, type ErrorCode } from "./codes.ts";
-export { ACTUATOR_PATTERN, HOLDER_PATTERN } from "./names.ts";
+export {
+  ACTUATOR_PATTERN,
+  CONFIGURED_POINT_NAME_PATTERN,
+  HOLDER_PATTERN,
+  POINT_NAME_PATTERN,
+  REQUEST_ID_PATTERN,
+  isPointName,
+} from "./names.ts";
 export { canonicalForm, sign, verify, type SignedFields } from "./signature.ts";
 export type { PointValues } from "./values.ts";

@@ -19,8 +19,7 @@ import { join } from "node:path";
 import { gzipSync } from "node:zlib";
 import * as z from "zod";
 import { AuditError, OUTCOME_FILTERS, type AuditReader } from "../journal/audit.ts";
-import { HOLDER_RE } from "../mqtt/topics.ts";
-import { ID_PATTERN } from "../../config/schema.ts";
+import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
 import { FEED_LIMIT, type Decision, type StatusBoard } from "./status-board.ts";
 
 /** The largest page of the audit trail the page may ask for. */
@@ -139,7 +138,7 @@ export class StatusRoutes {
   }
 
   private async serveAudit(res: ServerResponse, actuator: string | null, params: URLSearchParams): Promise<void> {
-    if (actuator === null || !ID_PATTERN.test(actuator)) {
+    if (actuator === null || !ACTUATOR_PATTERN.test(actuator)) {
       return fail(res, 400, "INVALID_REQUEST", "The actuator id in the path must be 1 to 64 lower-case letters, digits, \"-\" or \"_\".");
     }
     if (!this.options.board.has(actuator)) return fail(res, 404, "UNKNOWN_ACTUATOR", `No actuator "${actuator}" on this gateway.`);
@@ -173,7 +172,7 @@ const decimal = (what: string, min: number, max: number) =>
     .refine((n) => n >= min && n <= max, { error: `${what} must be a whole number from ${min} to ${max}.` });
 
 const AUDIT_PARAMS = z.strictObject({
-  holder: z.string().regex(HOLDER_RE, { error: "holder must be 1 to 128 letters, digits, \".\", \"_\", \":\" or \"-\"." }).optional(),
+  holder: z.string().regex(HOLDER_PATTERN, { error: "holder must be 1 to 128 letters, digits, \".\", \"_\", \":\" or \"-\"." }).optional(),
   outcome: z.enum(OUTCOME_FILTERS, { error: `outcome must be one of ${OUTCOME_FILTERS.join(", ")}.` }).optional(),
   before: decimal("before", 1, Number.MAX_SAFE_INTEGER).optional(),
   limit: decimal("limit", 1, MAX_PAGE).optional(),

@@ -14,7 +14,8 @@ import { MqttClient } from "mqtt";
 import type { MqttConfig } from "../../config/schema.ts";
 import { streamBuilder } from "./link.ts";
 import type { GatewayIdentity } from "./payloads.ts";
-import { GATEWAY_LEVEL, HOLDER_RE, gatewayStatusTopic, isActuatorId } from "./topics.ts";
+import { HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
+import { GATEWAY_LEVEL, gatewayStatusTopic, isActuatorId } from "./topics.ts";
 
 export function identityOf(gatewayId: string, journalPath: string, serves: { readonly actuators?: readonly string[]; readonly group?: string | undefined } = {}, pid = process.pid): GatewayIdentity {
   const host = hostname();
@@ -46,7 +47,7 @@ export interface ProbeOptions {
 export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions = {}): Promise<ProbeResult> {
   const base = mqtt.baseTopic;
   const nonce = randomUUID();
-  const holder = mqtt.username !== undefined && HOLDER_RE.test(mqtt.username) ? mqtt.username : "fencegate-probe";
+  const holder = mqtt.username !== undefined && HOLDER_PATTERN.test(mqtt.username) ? mqtt.username : "fencegate-probe";
   const v5 = mqtt.protocolVersion === 5;
   // Topics the shipped ACL lets a gateway's user read and write (config/mosquitto/acl).
   const replyTopic = v5 ? `${base}/_client/${holder}/${nonce}` : `${base}/${GATEWAY_LEVEL}/reply/${holder}`;

@@ -18,11 +18,10 @@
 import * as z from "zod";
 import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
-import { HOLDER_RE, isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "./topics.ts";
+import { HOLDER_PATTERN, REQUEST_ID_PATTERN, isPointName } from "../../../packages/protocol/src/index.ts";
+import { isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "./topics.ts";
 
 export const MAX_SET_POINTS = 64;
-export const POINT_NAME_RE = /^[A-Za-z0-9_.-]{1,64}$/;
-export const ID_RE = /^[\x20-\x7e]{1,128}$/;
 /**
  * The longest v5 Correlation Data the gateway echoes, in bytes: every reply owed holds it,
  * and the reply must stay far below the broker's packet limit. Request ids (at most 128
@@ -175,14 +174,6 @@ function messages(limits: RequestLimits): Readonly<Record<string, string>> {
 const safeInt = (min: number, max: number) =>
   z.number().refine((v) => Number.isSafeInteger(v) && v >= min && v <= max);
 
-/**
- * A point name: {@link POINT_NAME_RE}, and not a member of Object.prototype (`__proto__`,
- * `constructor`, `toString`…): legal-looking, but a lookup by such a name in any plain
- * object downstream finds Object.prototype's member. Never let them in.
- */
-export function isPointName(k: string): boolean {
-  return POINT_NAME_RE.test(k) && !(k in Object.prototype);
-}
 const pointName = z.string().refine(isPointName);
 
 function badPointMessage(name: string): string {
@@ -190,8 +181,8 @@ function badPointMessage(name: string): string {
 }
 
 function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.ZodType>> {
-  const id = z.string().regex(ID_RE);
-  const holder = z.string().regex(HOLDER_RE);
+  const id = z.string().regex(REQUEST_ID_PATTERN);
+  const holder = z.string().regex(HOLDER_PATTERN);
   const token = safeInt(1, MAX);
   // Authenticated actuators (an extension): see packages/protocol/src/signature.ts.
   const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
@@ -318,7 +309,7 @@ function build(inc: IncomingRequest, obj: Record<string, unknown>): Request {
       };
     case "command": {
       const set: Record<string, number> = {};
-      // Safe: every name passed POINT_NAME_RE and is not an Object.prototype member.
+      // Safe: every name passed isPointName and is not an Object.prototype member.
       const given = obj.set as Record<string, number>;
       for (const k of Object.keys(given)) set[k] = given[k] as number;
       return {
@@ -344,7 +335,7 @@ function holderRoute(inc: IncomingRequest, obj: Record<string, unknown>): ReplyR
     return { kind: "holderTopic", holderTopic: replyTopic(inc.base, inc.actuator, undefined) };
   }
   const holder = own(obj, "holder");
-  if (typeof holder === "string" && HOLDER_RE.test(holder)) {
+  if (typeof holder === "string" && HOLDER_PATTERN.test(holder)) {
     return { kind: "holderTopic", holderTopic: replyTopic(inc.base, inc.actuator, holder) };
   }
   return null;
@@ -385,7 +376,7 @@ export function parseRequest(inc: IncomingRequest): ParseResult {
   }
   const obj = value as Record<string, unknown>;
   const id = own(obj, "id");
-  if (typeof id !== "string" || !ID_RE.test(id)) {
+  if (typeof id !== "string" || !REQUEST_ID_PATTERN.test(id)) {
     return { kind: "unanswerable", cause: "NO_ID", reason: "the id is missing or is not 1 to 128 printable ASCII characters" };
   }
   const problem = responseProblem(inc);

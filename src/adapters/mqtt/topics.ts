@@ -3,10 +3,7 @@
  * building the gateway's reply, state, event and status topics. Pure string work.
  */
 
-/** `A`: an actuator id. */
-export const ACTUATOR_ID_RE = /^[a-z0-9][a-z0-9_-]{0,63}$/;
-/** `H`: a holder id (the controller). */
-export const HOLDER_RE = /^[A-Za-z0-9._:-]{1,128}$/;
+import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
 
 export const REQUEST_VERBS = ["lease/acquire", "lease/renew", "lease/release", "command", "read"] as const;
 export type RequestVerb = (typeof REQUEST_VERBS)[number];
@@ -22,11 +19,11 @@ export interface RequestTopic {
 }
 
 export function isActuatorId(s: string): boolean {
-  return ACTUATOR_ID_RE.test(s);
+  return ACTUATOR_PATTERN.test(s);
 }
 
 export function isHolderId(s: string): boolean {
-  return HOLDER_RE.test(s);
+  return HOLDER_PATTERN.test(s);
 }
 
 /**
