@@ -25,7 +25,7 @@ import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
 import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
 import { ActuatorConflictError, actuatorConflictOf, identityOf, probeGateways, type ProbeResult } from "../adapters/mqtt/presence.ts";
-import { requestSubscriptions } from "../adapters/mqtt/topics.ts";
+import { requestSubscriptions } from "../../packages/protocol/src/topics.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig, type GroupConfig, type MqttConfig, type RtuBusConfig, type TcpBusConfig } from "../config/schema.ts";

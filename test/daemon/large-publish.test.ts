@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import mqtt from "mqtt";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MAX_RESPONSE_TOPIC_BYTES } from "../../src/adapters/mqtt/topics.ts";
+import { MAX_RESPONSE_TOPIC_BYTES } from "../../packages/protocol/src/topics.ts";
 import { MAX_CORRELATION_DATA_BYTES } from "../../src/adapters/mqtt/requests.ts";
 import { TestController } from "../support/controller.ts";
 import { valve } from "../support/daemon.ts";

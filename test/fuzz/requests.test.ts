@@ -15,7 +15,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseRequest, type ParseResult } from "../../src/adapters/mqtt/requests.ts";
-import { REQUEST_VERBS, type RequestVerb } from "../../src/adapters/mqtt/topics.ts";
+import { REQUEST_VERBS, type RequestVerb } from "../../packages/protocol/src/topics.ts";
 import { MALFORMED_LIMITS as LIMITS } from "../mqtt-edge/malformed.ts";
 import { FUZZ_TIMEOUT_MS, runs } from "./runs.ts";
 

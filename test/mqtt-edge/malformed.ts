@@ -10,7 +10,7 @@
  * that depend on configuration live in requests.test.ts.)
  */
 import fc from "fast-check";
-import type { RequestVerb } from "../../src/adapters/mqtt/topics.ts";
+import type { RequestVerb } from "../../packages/protocol/src/topics.ts";
 import type { RequestLimits, UnanswerableCause } from "../../src/adapters/mqtt/requests.ts";
 
 export const MALFORMED_BASE = "fencegate";

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { MALFORMED_LIMITS } from "./malformed.ts";
 import { parseRequest, type ParseResult, type Request } from "../../src/adapters/mqtt/requests.ts";
-import { REQUEST_VERBS, type RequestVerb } from "../../src/adapters/mqtt/topics.ts";
+import { REQUEST_VERBS, type RequestVerb } from "../../packages/protocol/src/topics.ts";
 
 const LIMITS = MALFORMED_LIMITS;
 const RUNS = { numRuns: 1000 };

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { MALFORMED_LIMITS } from "./malformed.ts";
 import { MAX_CORRELATION_DATA_BYTES, parseRequest, type IncomingRequest } from "../../src/adapters/mqtt/requests.ts";
-import type { RequestVerb } from "../../src/adapters/mqtt/topics.ts";
+import type { RequestVerb } from "../../packages/protocol/src/topics.ts";
 
 const LIMITS = MALFORMED_LIMITS;
 const MAX = "9007199254740991";

@@ -9,7 +9,7 @@ import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
 import { FencegateError, FencegateTimeoutError, type FenceView } from "./errors.ts";
 import { DEFAULT_TTL_MS, Lease, type LeaseOptions } from "./lease.ts";
 import { GATEWAY_STATUSES, withGatewayStatus, type ActuatorEvent, type ActuatorState, type GatewayStatus } from "./messages.ts";
-import { HOLDER_PATTERN } from "../../protocol/src/index.ts";
+import { HOLDER_PATTERN, clientReplyTopic, type RequestVerb, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, replyTopic, requestTopic, stateTopic, topicMatches } from "../../protocol/src/index.ts";
 import type { LeaseTransport, Reply } from "./transport.ts";
 
 export interface ClientOptions {
@@ -113,9 +113,9 @@ export class FencegateClient implements LeaseTransport {
     this.base = options.baseTopic ?? "fencegate";
     this.holder = options.holder;
     this.v5 = (options.protocolVersion ?? 5) === 5;
-    this.replyTopic = this.v5 ? `${this.base}/_client/${options.holder}/${randomUUID()}` : `${this.base}/+/reply/${options.holder}`;
+    this.replyTopic = this.v5 ? clientReplyTopic(this.base, options.holder, randomUUID()) : replyTopic(this.base, "+", options.holder);
     this.requestTimeoutMs = options.requestTimeoutMs ?? 5000;
-    this.announcedFilter = `${this.base}/gateway/+/actuators`;
+    this.announcedFilter = gatewayActuatorsTopic(this.base, "+");
     mqtt.on("message", (topic, payload, packet) => this.onMessage(topic, payload, packet.properties?.correlationData));
     mqtt.on("connect", () => this.connections++);
   }
@@ -181,7 +181,7 @@ export class FencegateClient implements LeaseTransport {
   }
 
   private onMessage(topic: string, payload: Buffer, correlation: Buffer | undefined): void {
-    if (topic.startsWith(`${this.base}/gateway/`) && topic.endsWith("/actuators")) return this.onAnnouncement(topic, payload);
+    if (topicMatches(this.announcedFilter, topic)) return this.onAnnouncement(topic, payload);
     let body: unknown;
     try {
       body = JSON.parse(payload.toString("utf8"));
@@ -202,7 +202,7 @@ export class FencegateClient implements LeaseTransport {
    * FencegateError (the gateway refused) or FencegateTimeoutError (no reply in time).
    * `id` lets a retry reuse the same request id.
    */
-  async request(actuator: string, verb: string, body: Record<string, unknown>, options: { id?: string; timeoutMs?: number } = {}): Promise<Reply> {
+  async request(actuator: string, verb: RequestVerb, body: Record<string, unknown>, options: { id?: string; timeoutMs?: number } = {}): Promise<Reply> {
     const id = options.id ?? randomUUID();
     const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
     const reply = await new Promise<Reply>((resolve, reject) => {
@@ -224,7 +224,7 @@ export class FencegateClient implements LeaseTransport {
         resolve(r);
       });
       const properties = this.v5 ? { responseTopic: this.replyTopic, correlationData: Buffer.from(id) } : undefined;
-      this.mqtt.publish(`${this.base}/${actuator}/${verb}`, JSON.stringify({ id, ...body }), { qos: 1, retain: false, ...(properties ? { properties } : {}) }, (err) => {
+      this.mqtt.publish(requestTopic(this.base, actuator, verb), JSON.stringify({ id, ...body }), { qos: 1, retain: false, ...(properties ? { properties } : {}) }, (err) => {
         if (err) {
           clearTimeout(timer);
           clearTimeout(unknownTimer);
@@ -306,7 +306,7 @@ export class FencegateClient implements LeaseTransport {
    */
   async gatewayStatuses(onChange: (gatewayId: string) => void = () => {}): Promise<{ get(gatewayId: string | undefined): GatewayStatus | undefined; anyOnline(): boolean; stop(): Promise<void> }> {
     const statuses = new Map<string, GatewayStatus>();
-    const stop = await this.subscribeText(`${this.base}/gateway/+/status`, (topic, text) => {
+    const stop = await this.subscribeText(gatewayStatusTopic(this.base, "+"), (topic, text) => {
       if (!GATEWAY_STATUSES.has(text)) return;
       const gatewayId = topic.split("/").at(-2)!;
       statuses.set(gatewayId, text as GatewayStatus);
@@ -338,11 +338,11 @@ export class FencegateClient implements LeaseTransport {
     });
     const unsubscribers = [
       gateways.stop,
-      await this.subscribe(`${this.base}/${actuator}/state`, (_t, body) => {
+      await this.subscribe(stateTopic(this.base, actuator), (_t, body) => {
         last = body as ActuatorState;
         pushState();
       }),
-      await this.subscribe(`${this.base}/${actuator}/events`, (_t, body) => push({ kind: "event", event: body as ActuatorEvent })),
+      await this.subscribe(eventsTopic(this.base, actuator), (_t, body) => push({ kind: "event", event: body as ActuatorEvent })),
     ];
     const aborted = new Promise<void>((resolve) => options.signal?.addEventListener("abort", () => resolve(), { once: true }));
     try {

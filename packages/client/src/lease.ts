@@ -4,7 +4,7 @@
  */
 import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
-import { sign } from "../../protocol/src/index.ts";
+import { sign, stateTopic } from "../../protocol/src/index.ts";
 import { FencegateError, FencegateTimeoutError, LeaseLostError, type RefusalBody } from "./errors.ts";
 import type { ActuatorState } from "./messages.ts";
 import type { LeaseTransport } from "./transport.ts";
@@ -113,7 +113,7 @@ export class Lease extends EventEmitter {
   /** @internal */
   async start(): Promise<void> {
     // A newer token on the retained state means someone else holds the actuator now.
-    this.unwatch = await this.client.subscribe(`${this.client.base}/${this.actuator}/state`, (_t, body) => {
+    this.unwatch = await this.client.subscribe(stateTopic(this.client.base, this.actuator), (_t, body) => {
       const state = body as ActuatorState;
       if (state.fence && state.fence.token > this.token) this.markLost(new LeaseLostError(`A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`, undefined, "STALE_TOKEN"));
     });

@@ -4,6 +4,7 @@
  */
 import type { RefusalBody } from "./errors.ts";
 import type { ActuatorState } from "./messages.ts";
+import type { RequestVerb } from "../../protocol/src/index.ts";
 
 /** A reply to one request: `ok` with the verb's fields, or the refusal. */
 export type Reply = { id: string; ok: boolean; error?: RefusalBody } & Record<string, unknown>;
@@ -20,7 +21,7 @@ export interface LeaseTransport {
    * (the gateway refused) or FencegateTimeoutError (no reply in time). `id` lets a retry
    * reuse the same request id.
    */
-  request(actuator: string, verb: string, body: Record<string, unknown>, options?: { id?: string; timeoutMs?: number }): Promise<Reply>;
+  request(actuator: string, verb: RequestVerb, body: Record<string, unknown>, options?: { id?: string; timeoutMs?: number }): Promise<Reply>;
   /** Calls `listener` with every JSON message on `filter`; resolves with the unsubscribe. */
   subscribe(filter: string, listener: (topic: string, body: unknown) => void): Promise<() => Promise<void>>;
   /** A fresh read of the device, the lease and the fence. */

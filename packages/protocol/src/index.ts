@@ -14,3 +14,25 @@ export {
 } from "./names.ts";
 export { canonicalForm, sign, verify, type SignedFields } from "./signature.ts";
 export type { PointValues } from "./values.ts";
+export {
+  GATEWAY_LEVEL,
+  MAX_RESPONSE_TOPIC_BYTES,
+  MAX_RESPONSE_TOPIC_LEVELS,
+  REQUEST_VERBS,
+  actuatorRequestSubscriptions,
+  clientReplyTopic,
+  eventsTopic,
+  gatewayActuatorsTopic,
+  gatewayStatusTopic,
+  isActuatorId,
+  isHolderId,
+  parseRequestTopic,
+  replyTopic,
+  requestSubscriptions,
+  requestTopic,
+  responseTopicProblem,
+  stateTopic,
+  topicMatches,
+  type RequestTopic,
+  type RequestVerb,
+} from "./topics.ts";

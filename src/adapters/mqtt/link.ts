@@ -25,7 +25,7 @@ import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from 
 import { directoryPayload, eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload, type GatewayIdentity, type GatewayRole } from "./payloads.ts";
 import { RequestBudgets, type BudgetLimits } from "./admission.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
-import { GATEWAY_LEVEL, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "./topics.ts";
+import { GATEWAY_LEVEL, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "../../../packages/protocol/src/topics.ts";
 
 /** What the link needs from the shell. */
 export interface RequestSink {

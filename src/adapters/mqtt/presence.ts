@@ -15,7 +15,7 @@ import type { MqttConfig } from "../../config/schema.ts";
 import { streamBuilder } from "./link.ts";
 import type { GatewayIdentity } from "./payloads.ts";
 import { HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
-import { GATEWAY_LEVEL, gatewayStatusTopic, isActuatorId } from "./topics.ts";
+import { GATEWAY_LEVEL, gatewayStatusTopic, isActuatorId } from "../../../packages/protocol/src/topics.ts";
 
 export function identityOf(gatewayId: string, journalPath: string, serves: { readonly actuators?: readonly string[]; readonly group?: string | undefined } = {}, pid = process.pid): GatewayIdentity {
   const host = hostname();

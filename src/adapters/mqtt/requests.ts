@@ -19,7 +19,7 @@ import * as z from "zod";
 import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
 import { HOLDER_PATTERN, REQUEST_ID_PATTERN, isPointName } from "../../../packages/protocol/src/index.ts";
-import { isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "./topics.ts";
+import { isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "../../../packages/protocol/src/topics.ts";
 
 export const MAX_SET_POINTS = 64;
 /**

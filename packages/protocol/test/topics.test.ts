@@ -14,7 +14,7 @@ import {
   responseTopicProblem,
   stateTopic,
   topicMatches,
-} from "../../src/adapters/mqtt/topics.ts";
+} from "../src/topics.ts";
 
 describe("parseRequestTopic", () => {
   it.each([

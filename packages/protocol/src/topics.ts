@@ -3,7 +3,7 @@
  * building the gateway's reply, state, event and status topics. Pure string work.
  */
 
-import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
+import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "./names.ts";
 
 export const REQUEST_VERBS = ["lease/acquire", "lease/renew", "lease/release", "command", "read"] as const;
 export type RequestVerb = (typeof REQUEST_VERBS)[number];
@@ -40,6 +40,19 @@ export function parseRequestTopic(base: string, topic: string): RequestTopic | n
   const verb = levels.slice(1).join("/");
   if (!(REQUEST_VERBS as readonly string[]).includes(verb)) return null;
   return { actuator, verb: verb as RequestVerb };
+}
+
+/** `B/A/lease/acquire`, `B/A/command`, ...: where a controller publishes a request. */
+export function requestTopic(base: string, actuator: string, verb: RequestVerb): string {
+  return `${base}/${actuator}/${verb}`;
+}
+
+/**
+ * A v5 controller's own reply topic, `B/_client/H/<nonce>`: outside every gateway's own
+ * topics, so a gateway replies there (see responseTopicProblem).
+ */
+export function clientReplyTopic(base: string, holder: string, nonce: string): string {
+  return `${base}/_client/${holder}/${nonce}`;
 }
 
 /** The fallback reply topic: `B/A/reply/H`, or `B/A/reply/_` for a `read` without holder. */
