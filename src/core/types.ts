@@ -1,14 +1,7 @@
-import type { ErrorCode, PointValues } from "../../packages/protocol/src/index.ts";
+import type { ErrorBody, ErrorCode, EventBody, EventType, Fence, LeaseView, PointValues, Reply } from "../../packages/protocol/src/index.ts";
 
-/**
- * The fence of an actuator: the highest `(token, seq)` ever accepted, or, right after a
- * grant, the new token with `seq: null` (the new lease has not commanded yet). A token of
- * 0 means nothing was ever granted.
- */
-export interface Fence {
-  readonly token: number;
-  readonly seq: number | null;
-}
+// The wire's types, which the core decides in: packages/protocol/src/messages.ts.
+export type { ErrorBody, EventType, Fence, LeaseView, Reply };
 
 /** A live lease. Times are monotonic milliseconds supplied by the shell, never wall time. */
 export interface Lease {
@@ -136,59 +129,8 @@ export type JournalRecord =
   | { readonly type: "outcome"; readonly token: number; readonly seq: number; readonly outcome: Outcome }
   | { readonly type: "fenceObserved"; readonly token: number; readonly seq: number | null };
 
-export interface LeaseView {
-  readonly holder: string;
-  readonly token: number;
-  readonly expiresInMs: number;
-}
-
-export interface ErrorBody {
-  readonly code: ErrorCode;
-  readonly message: string;
-  readonly fence?: Fence;
-  readonly lease?: LeaseView;
-  readonly original?: Reply;
-  readonly modbusCode?: number;
-}
-
-/** A reply body without the request id; the shell adds `id` and routes it. */
-export type Reply =
-  | {
-      readonly ok: true;
-      readonly lease: { holder: string; token: number; ttlMs: number; secret?: string } | null;
-      /** On an acquire that returns the holder's live lease: the seqs of its token already used. */
-      readonly fence?: Fence;
-    }
-  | {
-      readonly ok: true;
-      readonly outcome: "applied";
-      readonly token: number;
-      readonly seq: number;
-      readonly applied: PointValues;
-    }
-  | { readonly ok: false; readonly error: ErrorBody };
-
-export type EventType =
-  | "granted"
-  | "renewed"
-  | "released"
-  | "expired"
-  | "accepted"
-  | "rejected"
-  | "applied"
-  | "outcome-unknown";
-
-export interface CoreEvent {
-  readonly type: EventType;
-  readonly holder?: string;
-  readonly token?: number;
-  readonly seq?: number;
-  readonly code?: ErrorCode;
-  /** On `expired`: the lease ended because the gateway restarted or stopped, not by its TTL. */
-  readonly reason?: "restart" | "shutdown";
-  /** `applied` events: the values the device confirmed (what `watch` shows). */
-  readonly applied?: PointValues;
-}
+/** One decision for `B/A/events`; the shell adds its time. */
+export type CoreEvent = EventBody;
 
 /** A record that raises the highest token granted or the fence: durable before it is relied on. */
 export type GrantRecord = Extract<JournalRecord, { readonly type: "granted" | "fenceObserved" }>;

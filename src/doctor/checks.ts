@@ -23,7 +23,7 @@ import { NativeModuleError } from "../adapters/journal/native.ts";
 import { ModbusBus, OFFLINE_AFTER_FAILURES, busLink } from "../adapters/modbus/bus.ts";
 import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { streamBuilder } from "../adapters/mqtt/link.ts";
-import type { GatewayIdentity } from "../adapters/mqtt/payloads.ts";
+import type { GatewayIdentity } from "../../packages/protocol/src/index.ts";
 import { ActuatorConflictError, actuatorConflictOf, identityOf, probeGateways, type ProbeResult } from "../adapters/mqtt/presence.ts";
 import { requestSubscriptions } from "../../packages/protocol/src/topics.ts";
 import { ConfigError } from "../config/problems.ts";

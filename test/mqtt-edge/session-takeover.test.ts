@@ -11,7 +11,8 @@ import mqttPacket from "mqtt-packet";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { MqttLink, type RequestSink } from "../../src/adapters/mqtt/link.ts";
-import { identityReplyPayload, type GatewayIdentity } from "../../src/adapters/mqtt/payloads.ts";
+import type { GatewayIdentity } from "../../packages/protocol/src/index.ts";
+import { identityReplyPayload } from "../../src/adapters/mqtt/payloads.ts";
 import { duplicateOf, probeGateways } from "../../src/adapters/mqtt/presence.ts";
 import type { MqttConfig } from "../../src/config/schema.ts";
 

@@ -6,10 +6,10 @@
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
-import { FencegateError, FencegateTimeoutError, type FenceView } from "./errors.ts";
+import { FencegateError, FencegateTimeoutError } from "./errors.ts";
 import { DEFAULT_TTL_MS, Lease, type LeaseOptions } from "./lease.ts";
-import { GATEWAY_STATUSES, withGatewayStatus, type ActuatorEvent, type ActuatorState, type GatewayStatus } from "./messages.ts";
-import { HOLDER_PATTERN, clientReplyTopic, type RequestVerb, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, replyTopic, requestTopic, stateTopic, topicMatches } from "../../protocol/src/index.ts";
+import type { ActuatorState } from "./messages.ts";
+import { GATEWAY_STATUSES, HOLDER_PATTERN, clientReplyTopic, withGatewayStatus, type EventMessage, type Fence, type GatewayStatus, type RequestVerb, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, replyTopic, requestTopic, stateTopic, topicMatches } from "../../protocol/src/index.ts";
 import type { LeaseTransport, Reply } from "./transport.ts";
 
 export interface ClientOptions {
@@ -40,7 +40,7 @@ export interface ClientOptions {
   readonly clientId?: string;
 }
 
-export type WatchItem = { readonly kind: "state"; readonly state: ActuatorState } | { readonly kind: "event"; readonly event: ActuatorEvent };
+export type WatchItem = { readonly kind: "state"; readonly state: ActuatorState } | { readonly kind: "event"; readonly event: EventMessage };
 
 /**
  * The broker URL as mqtt.js's connection options. Given the URL string, mqtt.js parses it
@@ -246,7 +246,7 @@ export class FencegateClient implements LeaseTransport {
     const granted = reply.lease as { token: number; ttlMs: number; secret?: string };
     const lease = new Lease(this, actuator, granted.token, granted.ttlMs, options, granted.secret, sentAtMs);
     // Our live lease came back (we restarted within its TTL): number above the seqs used under it.
-    const fence = reply.fence as FenceView | undefined;
+    const fence = reply.fence as Fence | undefined;
     if (fence?.token === granted.token && fence.seq !== null) lease.skipSeqsThrough(fence.seq);
     await lease.start();
     return lease;
@@ -342,7 +342,7 @@ export class FencegateClient implements LeaseTransport {
         last = body as ActuatorState;
         pushState();
       }),
-      await this.subscribe(eventsTopic(this.base, actuator), (_t, body) => push({ kind: "event", event: body as ActuatorEvent })),
+      await this.subscribe(eventsTopic(this.base, actuator), (_t, body) => push({ kind: "event", event: body as EventMessage })),
     ];
     const aborted = new Promise<void>((resolve) => options.signal?.addEventListener("abort", () => resolve(), { once: true }));
     try {

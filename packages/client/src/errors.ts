@@ -1,26 +1,8 @@
 /** Typed errors of the client library: every gateway refusal carries its contract code. */
-import type { ErrorCode } from "../../protocol/src/index.ts";
-
-export interface FenceView {
-  readonly token: number;
-  readonly seq: number | null;
-}
-
-export interface LeaseHolderView {
-  readonly holder: string;
-  readonly token: number;
-  readonly expiresInMs?: number;
-}
+import type { ErrorBody, ErrorCode, Fence, LeaseView } from "../../protocol/src/index.ts";
 
 /** What the gateway said, verbatim, for a refusal (the `error` object of a reply). */
-export interface RefusalBody {
-  readonly code: ErrorCode | "BAD_SIGNATURE";
-  readonly message: string;
-  readonly fence?: FenceView;
-  readonly lease?: LeaseHolderView;
-  readonly original?: unknown;
-  readonly modbusCode?: number;
-}
+export type RefusalBody = ErrorBody;
 
 /** Codes after which a lease can never be used again: re-read state, acquire anew. */
 export const LEASE_ENDING_CODES: ReadonlySet<string> = new Set(["STALE_TOKEN", "LEASE_EXPIRED", "NOT_HOLDER", "UNKNOWN_TOKEN"]);
@@ -28,9 +10,9 @@ export const LEASE_ENDING_CODES: ReadonlySet<string> = new Set(["STALE_TOKEN", "
 /** The gateway refused a request. `code` is the contract's; `fence` and `lease` say where things stand. */
 export class FencegateError extends Error {
   override readonly name = "FencegateError";
-  readonly code: RefusalBody["code"];
-  readonly fence: FenceView | undefined;
-  readonly lease: LeaseHolderView | undefined;
+  readonly code: ErrorCode;
+  readonly fence: Fence | undefined;
+  readonly lease: LeaseView | undefined;
   readonly original: unknown;
   readonly modbusCode: number | undefined;
   /** For OUTCOME_UNKNOWN: the state re-read after the failure, so the caller can decide. */

@@ -7,7 +7,15 @@
  *   await lease.command({ position: 42.5 });  // resolves once the device applied it
  */
 export { brokerAddress, FencegateClient, type ClientOptions, type WatchItem } from "./client.ts";
-export { FencegateError, FencegateTimeoutError, LeaseLostError, LEASE_ENDING_CODES, type FenceView, type LeaseHolderView, type RefusalBody } from "./errors.ts";
-export { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../protocol/src/index.ts";
-export { withGatewayStatus, type ActuatorEvent, type ActuatorState, type GatewayStatus } from "./messages.ts";
+export { FencegateError, FencegateTimeoutError, LeaseLostError, LEASE_ENDING_CODES, type RefusalBody } from "./errors.ts";
+export {
+  ACTUATOR_PATTERN,
+  HOLDER_PATTERN,
+  withGatewayStatus,
+  type EventMessage as ActuatorEvent,
+  type Fence as FenceView,
+  type GatewayStatus,
+  type LeaseView as LeaseHolderView,
+} from "../../protocol/src/index.ts";
+export type { ActuatorState } from "./messages.ts";
 export { DEFAULT_TTL_MS, Lease, type Applied, type CommandOptions, type LeaseOptions } from "./lease.ts";

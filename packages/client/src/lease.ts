@@ -4,8 +4,8 @@
  */
 import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
-import { sign, stateTopic } from "../../protocol/src/index.ts";
-import { FencegateError, FencegateTimeoutError, LeaseLostError, type RefusalBody } from "./errors.ts";
+import { sign, stateTopic, type Reply } from "../../protocol/src/index.ts";
+import { FencegateError, FencegateTimeoutError, LeaseLostError } from "./errors.ts";
 import type { ActuatorState } from "./messages.ts";
 import type { LeaseTransport } from "./transport.ts";
 
@@ -53,7 +53,8 @@ export const SIGNED_DEFAULT_DEADLINE_MS = 5000;
 /** How often one command may move above seqs an earlier Lease of its token used (see seqTaken). */
 const MAX_SEQ_SKIPS = 3;
 
-type Original = { ok: true; token: number; seq: number; applied: Record<string, number> } | { ok: false; error: RefusalBody };
+/** What a DUPLICATE command carries as `original`: the first delivery's applied reply or refusal. */
+type Original = Exclude<Reply, { readonly lease: unknown }>;
 
 export declare interface Lease {
   /** Emitted once, the moment the lease is known to be lost. */

@@ -36,3 +36,20 @@ export {
   type RequestTopic,
   type RequestVerb,
 } from "./topics.ts";
+export {
+  GATEWAY_STATUSES,
+  withGatewayStatus,
+  type ContractState,
+  type ErrorBody,
+  type EventBody,
+  type EventMessage,
+  type EventType,
+  type Fence,
+  type GatewayIdentity,
+  type GatewayRole,
+  type GatewayStatus,
+  type LeaseView,
+  type Reply,
+  type StateExtensions,
+  type StateMessage,
+} from "./messages.ts";

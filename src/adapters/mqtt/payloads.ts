@@ -2,28 +2,10 @@
  * Payloads the gateway publishes (docs/mqtt-api.md): replies, retained state,
  * events and the gateway status. Pure: data in, JSON text out, keys in the contract's order.
  */
-import type { CoreEvent, PointValues, Reply } from "../../core/types.ts";
+import type { EventMessage, GatewayIdentity, GatewayRole, GatewayStatus, StateMessage } from "../../../packages/protocol/src/index.ts";
+import type { CoreEvent, Reply } from "../../core/types.ts";
 import type { StateView } from "../../shell/ports.ts";
 import type { ParseResult } from "./requests.ts";
-
-export interface StateJson {
-  readonly actuator: string;
-  readonly online: boolean;
-  readonly lease: { readonly holder: string; readonly token: number; readonly expiresInMs: number } | null;
-  readonly fence: { readonly token: number; readonly seq: number | null };
-  readonly points: PointValues;
-  readonly at: string;
-  /** An extension: how long before `at` the device last answered a read; null: not since the gateway started. */
-  readonly pointsAgeMs: number | null;
-  /** Extensions, after the contract's keys. The gateway serving the actuator (its status topic tells whether this state is current). */
-  readonly gateway: string;
-  /** The gateway's own safe-value write while it is owed, else null. */
-  readonly safeWrite: { readonly token: number; readonly attempts: number; readonly set: PointValues } | null;
-  /** Extension: points whose reading is not a finite number (never published as a value). */
-  readonly pointFaults?: Readonly<Record<string, string>>;
-  /** Extension: why the actuator is offline or cannot be leased. */
-  readonly problem?: string;
-}
 
 /** Points in name order, so equal states publish byte-identical retained payloads. */
 function sortedPoints<T>(points: Readonly<Record<string, T>>): Record<string, T> {
@@ -32,7 +14,7 @@ function sortedPoints<T>(points: Readonly<Record<string, T>>): Record<string, T>
   return out;
 }
 
-export function stateJson(s: StateView): StateJson {
+export function stateJson(s: StateView): StateMessage {
   return {
     actuator: s.actuator,
     online: s.online,
@@ -71,7 +53,7 @@ export function refusalPayload(refused: Extract<ParseResult, { kind: "refused" }
 
 /** One `B/A/events` payload: `{"type", "at", "holder"?, "token"?, "seq"?, "code"?, "reason"?}`. */
 export function eventPayload(event: CoreEvent, at: Date): string {
-  const out: Record<string, unknown> = { type: event.type, at: at.toISOString() };
+  const out: { -readonly [K in keyof EventMessage]: EventMessage[K] } = { type: event.type, at: at.toISOString() };
   if (event.holder !== undefined) out.holder = event.holder;
   if (event.token !== undefined) out.token = event.token;
   if (event.seq !== undefined) out.seq = event.seq;
@@ -79,20 +61,6 @@ export function eventPayload(event: CoreEvent, at: Date): string {
   if (event.reason !== undefined) out.reason = event.reason;
   if (event.applied !== undefined) out.applied = event.applied;
   return JSON.stringify(out);
-}
-
-/** Who a gateway is, in its answer to `B/gateway/read` (src/adapters/mqtt/presence.ts). */
-export interface GatewayIdentity {
-  /** The gatewayId. */
-  readonly id: string;
-  /** The same for every start of one installation: this host and this journal (a hash: no paths on the broker). */
-  readonly instance: string;
-  readonly host: string;
-  readonly pid: number;
-  /** The actuator ids it serves; absent in answers of gateways before they said so. */
-  readonly actuators?: readonly string[];
-  /** Its gateway group's name, if a member. */
-  readonly group?: string;
 }
 
 /** The reply to `B/gateway/read`: `{"id", "ok": true, "gateway": {"id", "instance", "host", "pid"}}`. */
@@ -108,13 +76,10 @@ export function directoryPayload(gatewayId: string, actuators: readonly string[]
   return JSON.stringify({ gateway: gatewayId, actuators, ...(group === undefined ? {} : { group }) });
 }
 
-/** A gateway group member's role; a gateway on its own has none. */
-export type GatewayRole = "active" | "standby";
-
 /**
  * The retained `B/gateway/<gatewayId>/status` payload (also the last will: `offline`). A
  * gateway on its own says `online`; a member of a gateway group says its role instead.
  */
-export function gatewayStatusPayload(online: boolean, role?: GatewayRole): "online" | "offline" | GatewayRole {
+export function gatewayStatusPayload(online: boolean, role?: GatewayRole): GatewayStatus {
   return online ? (role ?? "online") : "offline";
 }

@@ -13,7 +13,7 @@ import { resolve } from "node:path";
 import { MqttClient } from "mqtt";
 import type { MqttConfig } from "../../config/schema.ts";
 import { streamBuilder } from "./link.ts";
-import type { GatewayIdentity } from "./payloads.ts";
+import type { GatewayIdentity } from "../../../packages/protocol/src/index.ts";
 import { HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
 import { GATEWAY_LEVEL, gatewayStatusTopic, isActuatorId } from "../../../packages/protocol/src/topics.ts";
 
