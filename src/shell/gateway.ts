@@ -30,26 +30,11 @@
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import { EMPTY_SNAPSHOT, GATEWAY_HOLDER, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
-import { verify } from "../../packages/protocol/src/index.ts";
+import { type GatewayRequest, verify } from "../../packages/protocol/src/index.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type GrantCommit, type GroupPort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
 import { RefusalSummary } from "./refusal-summary.ts";
-
-export type GatewayRequest =
-  | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
-  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
-  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
-  | {
-      readonly verb: "command";
-      readonly holder: string;
-      readonly token: number;
-      readonly seq: number;
-      readonly set: PointValues;
-      readonly deadlineMs?: number | undefined;
-      readonly mac?: string | null;
-    }
-  | { readonly verb: "read"; readonly holder?: string | null | undefined };
 
 export interface ActuatorBinding {
   readonly id: string;

@@ -28,7 +28,7 @@ import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
 import type { JournalRecord } from "../core/types.ts";
 import type { JournalEntry, OutboundReply } from "../shell/ports.ts";
-import type { GatewayRequest } from "../shell/gateway.ts";
+import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 
 interface Pair {
   readonly token: number;

@@ -7,7 +7,7 @@
  * would have done runs until it resumes, and then it carries on with the token it held.
  */
 import { LEASE_ENDING_CODES } from "fencegate-client";
-import type { GatewayRequest } from "../shell/gateway.ts";
+import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import type { OutboundReply } from "../shell/ports.ts";
 import { NetLink } from "./network.ts";
 import type { Prng } from "./prng.ts";

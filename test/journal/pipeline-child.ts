@@ -19,7 +19,8 @@ import fs from "node:fs";
 import pino from "pino";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { realClock, realScheduler } from "../../src/daemon.ts";
-import { Gateway, type GatewayRequest } from "../../src/shell/gateway.ts";
+import { Gateway } from "../../src/shell/gateway.ts";
+import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { DEFAULT_AUDIT_BOUNDS } from "../../src/shell/group-commit.ts";
 import type { DevicePort, OutboundReply } from "../../src/shell/ports.ts";
 

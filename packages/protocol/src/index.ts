@@ -50,6 +50,7 @@ export {
   type GatewayStatus,
   type LeaseView,
   type Reply,
+  type GatewayRequest,
   type StateExtensions,
   type StateMessage,
 } from "./messages.ts";

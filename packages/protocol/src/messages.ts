@@ -34,6 +34,25 @@ export interface ErrorBody {
   readonly modbusCode?: number;
 }
 
+/**
+ * A request by verb, as the gateway takes it once its payload passed every check (the `id` and
+ * the reply route travel beside it). `mac` and `counter`: authenticated actuators' extension.
+ */
+export type GatewayRequest =
+  | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
+  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
+  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
+  | {
+      readonly verb: "command";
+      readonly holder: string;
+      readonly token: number;
+      readonly seq: number;
+      readonly set: PointValues;
+      readonly deadlineMs?: number | undefined;
+      readonly mac?: string | null;
+    }
+  | { readonly verb: "read"; readonly holder?: string | null | undefined };
+
 /** A reply without the request id (the gateway puts `id` first). */
 export type Reply =
   | {

@@ -19,14 +19,12 @@ import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPubl
 import type { Logger } from "pino";
 import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
-import type { GatewayRequest } from "../../shell/gateway.ts";
+import { GATEWAY_LEVEL, type GatewayIdentity, type GatewayRequest, type GatewayRole, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "../../../packages/protocol/src/index.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
 import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
 import { directoryPayload, eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload } from "./payloads.ts";
-import type { GatewayIdentity, GatewayRole } from "../../../packages/protocol/src/index.ts";
 import { RequestBudgets, type BudgetLimits } from "./admission.ts";
 import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
-import { GATEWAY_LEVEL, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "../../../packages/protocol/src/topics.ts";
 
 /** What the link needs from the shell. */
 export interface RequestSink {

@@ -17,7 +17,7 @@
  */
 import { Duplex } from "node:stream";
 import { MAX_CORRELATION_DATA_BYTES } from "./requests.ts";
-import { MAX_RESPONSE_TOPIC_BYTES } from "../../../packages/protocol/src/topics.ts";
+import { MAX_RESPONSE_TOPIC_BYTES } from "../../../packages/protocol/src/index.ts";
 
 /**
  * Room in a request packet for everything but the payload: the fixed header, the topic, the

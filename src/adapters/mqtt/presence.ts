@@ -13,9 +13,7 @@ import { resolve } from "node:path";
 import { MqttClient } from "mqtt";
 import type { MqttConfig } from "../../config/schema.ts";
 import { streamBuilder } from "./link.ts";
-import type { GatewayIdentity } from "../../../packages/protocol/src/index.ts";
-import { HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
-import { GATEWAY_LEVEL, gatewayStatusTopic, isActuatorId } from "../../../packages/protocol/src/topics.ts";
+import { GATEWAY_LEVEL, type GatewayIdentity, HOLDER_PATTERN, gatewayStatusTopic, isActuatorId } from "../../../packages/protocol/src/index.ts";
 
 export function identityOf(gatewayId: string, journalPath: string, serves: { readonly actuators?: readonly string[]; readonly group?: string | undefined } = {}, pid = process.pid): GatewayIdentity {
   const host = hostname();

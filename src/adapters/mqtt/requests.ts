@@ -18,8 +18,7 @@
 import * as z from "zod";
 import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
-import { HOLDER_PATTERN, REQUEST_ID_PATTERN, isPointName } from "../../../packages/protocol/src/index.ts";
-import { isActuatorId, replyTopic, responseTopicProblem, type RequestVerb } from "../../../packages/protocol/src/topics.ts";
+import { HOLDER_PATTERN, REQUEST_ID_PATTERN, type RequestVerb, isActuatorId, isPointName, replyTopic, responseTopicProblem } from "../../../packages/protocol/src/index.ts";
 
 export const MAX_SET_POINTS = 64;
 /**
