@@ -16,9 +16,8 @@
  *  6. → `request`.
  */
 import * as z from "zod";
-import type { PointValues } from "../../core/types.ts";
 import { scanJson, type JsonScan } from "./json-scan.ts";
-import { HOLDER_PATTERN, REQUEST_ID_PATTERN, type RequestVerb, isActuatorId, isPointName, replyTopic, responseTopicProblem } from "../../../packages/protocol/src/index.ts";
+import { HOLDER_PATTERN, REQUEST_ID_PATTERN, type GatewayRequest, type RequestVerb, isActuatorId, isPointName, replyTopic, responseTopicProblem } from "../../../packages/protocol/src/index.ts";
 
 export const MAX_SET_POINTS = 64;
 /**
@@ -40,46 +39,11 @@ export interface RequestLimits {
   readonly defaultDeadlineMs: number;
 }
 
-interface Base {
-  readonly actuator: string;
-  readonly id: string;
-}
-export interface AcquireReq extends Base {
-  readonly verb: "lease/acquire";
-  readonly holder: string;
-  readonly ttlMs: number;
-}
-export interface RenewReq extends Base {
-  readonly verb: "lease/renew";
-  readonly holder: string;
-  readonly token: number;
-  /** Authenticated actuators only; null when absent. */
-  readonly mac: string | null;
-  /** Authenticated actuators only (rises with each signed renew or release of the lease); null when absent. */
-  readonly counter: number | null;
-}
-export interface ReleaseReq extends Base {
-  readonly verb: "lease/release";
-  readonly holder: string;
-  readonly token: number;
-  readonly mac: string | null;
-  readonly counter: number | null;
-}
-export interface CommandReq extends Base {
-  readonly verb: "command";
-  readonly holder: string;
-  readonly token: number;
-  readonly seq: number;
-  readonly set: PointValues;
-  /** Always present: the request's own value or `limits.defaultDeadlineMs`. */
-  readonly deadlineMs: number;
-  readonly mac: string | null;
-}
-export interface ReadReq extends Base {
-  readonly verb: "read";
-  readonly holder: string | null;
-}
-export type Request = AcquireReq | RenewReq | ReleaseReq | CommandReq | ReadReq;
+/** Every optional field of a request filled in: absent MAC and counter are null, an absent deadline the default. */
+type Filled<R> = { readonly [K in keyof R]-?: Exclude<R[K], undefined> };
+
+/** A request as parsed: the contract's request by verb (packages/protocol), with its id and actuator, nothing left out. */
+export type Request = { readonly actuator: string; readonly id: string } & Filled<GatewayRequest>;
 
 /** Where the reply goes: the v5 Response Topic (with Correlation Data echoed), or `B/A/reply/H|_`. */
 export type ReplyRoute =
