@@ -25,7 +25,6 @@ import type {
   QueuedCommand,
   Reply,
   ReplyRef,
-  SafeWrite,
   StepResult,
 } from "./types.ts";
 

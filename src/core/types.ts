@@ -1,4 +1,4 @@
-import type { ErrorBody, ErrorCode, EventBody, EventType, Fence, LeaseView, PointValues, Reply } from "../../packages/protocol/src/index.ts";
+import type { ErrorBody, EventBody, EventType, Fence, LeaseView, PointValues, Reply } from "../../packages/protocol/src/index.ts";
 
 // The wire's types, which the core decides in: packages/protocol/src/messages.ts.
 export type { ErrorBody, EventType, Fence, LeaseView, Reply };

@@ -4,8 +4,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { openSqliteJournal, SCHEMA_VERSION, type SqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { JournalError } from "../../src/shell/ports.ts";
+import { openSqliteJournal, SCHEMA_VERSION } from "../../src/adapters/journal/sqlite.ts";
 import { journalContract, type JournalStore } from "./contract.ts";
 import { refusal } from "./refusal.ts";
 

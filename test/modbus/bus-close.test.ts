@@ -6,7 +6,7 @@
  */
 import { SerialPort } from "serialport";
 import { pino } from "pino";
-import { afterAll, beforeAll, expect, it } from "vitest";
+import { afterAll, beforeAll, it } from "vitest";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { ModbusBus } from "../../src/adapters/modbus/bus.ts";
 

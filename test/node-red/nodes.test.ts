@@ -164,7 +164,7 @@ async function leaseOf(actuator: string): Promise<Json | null> {
 
 describe("the node package in Node-RED", () => {
   it(`loads its four node types into Node-RED ${runtime.version}, and a flow of each starts without an error`, async () => {
-    const seen = await load(
+    await load(
       testFlow(
         [brokerNode("b", "nr-load")],
         [
