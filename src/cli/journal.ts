@@ -9,6 +9,7 @@ import { FloorTooHighError, grantsLeft, initJournal, plural, recoverJournal } fr
 import { openSqliteJournal } from "../adapters/journal/sqlite.ts";
 import { loadConfigFile } from "../config/load.ts";
 import { ConfigError } from "../config/problems.ts";
+import type { GatewayConfig } from "../config/schema.ts";
 import { JournalError } from "../shell/ports.ts";
 import { EXIT } from "../exit-codes.ts";
 
@@ -64,7 +65,13 @@ export async function main(argv: string[]): Promise<number> {
   try {
     ({ values } = parseArgs({
       args: rest,
-      options: { config: { type: "string", short: "c" }, floor: { type: "string" }, yes: { type: "boolean" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" } },
+      options: {
+        config: { type: "string", short: "c" },
+        floor: { type: "string" },
+        yes: { type: "boolean" },
+        json: { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
       strict: true,
     }));
   } catch (err) {
@@ -102,6 +109,15 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (sub === "init") return init(config.journal.path);
   if (sub === "leave-group") return leaveGroup(config.journal.path, config.group?.name ?? null, config.commands.recentLimit);
+  return recover(config, floor, { confirmed: values.yes ?? false, json: values.json ?? false });
+}
+
+/** `fencegate journal recover`: raises every token above the floor, and says what it did. */
+function recover(
+  config: GatewayConfig,
+  floor: number | undefined,
+  options: { readonly confirmed: boolean; readonly json: boolean },
+): number {
   let result;
   try {
     result = recoverJournal({
@@ -109,7 +125,7 @@ export async function main(argv: string[]): Promise<number> {
       recentLimit: config.commands.recentLimit,
       actuators: config.actuators.map((a) => a.id),
       ...(floor === undefined ? {} : { floor }),
-      farFloorConfirmed: values.yes ?? false,
+      farFloorConfirmed: options.confirmed,
     });
   } catch (err) {
     if (err instanceof FloorTooHighError) {
@@ -120,7 +136,7 @@ export async function main(argv: string[]): Promise<number> {
     console.error(err.message);
     return EXIT.JOURNAL;
   }
-  if (values.json) {
+  if (options.json) {
     console.log(JSON.stringify(result));
     return EXIT.OK;
   }
@@ -146,13 +162,19 @@ function init(file: string): number {
     console.error(err.message);
     return EXIT.JOURNAL;
   }
-  console.log(created ? `${file}: a new journal; tokens start above the fences the fenced devices report. Start the daemon now.` : `${file} already exists: nothing changed.`);
+  console.log(
+    created
+      ? `${file}: a new journal; tokens start above the fences the fenced devices report. Start the daemon now.`
+      : `${file} already exists: nothing changed.`,
+  );
   return EXIT.OK;
 }
 
 function leaveGroup(path: string, configured: string | null, recentLimit: number): number {
   if (configured !== null) {
-    console.error(`fencegate journal leave-group: the configuration still has a group section (group "${configured}"): remove it first; while it is there the gateway serves as a member of that group.`);
+    console.error(
+      `fencegate journal leave-group: the configuration still has a group section (group "${configured}"): remove it first; while it is there the gateway serves as a member of that group.`,
+    );
     return EXIT.CONFIG;
   }
   let was: string | null;

@@ -27,7 +27,15 @@ import { type GatewayIdentity, requestSubscriptions } from "../../packages/proto
 import { ActuatorConflictError, actuatorConflictOf, identityOf, probeGateways, type ProbeResult } from "../adapters/mqtt/presence.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
-import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig, type GroupConfig, type MqttConfig, type RtuBusConfig, type TcpBusConfig } from "../config/schema.ts";
+import {
+  isLoopbackHost,
+  quietAfterTimeoutMs,
+  type GatewayConfig,
+  type GroupConfig,
+  type MqttConfig,
+  type RtuBusConfig,
+  type TcpBusConfig,
+} from "../config/schema.ts";
 import { PACKAGE_ROOT } from "../package-root.ts";
 import { DeviceMismatchError, JournalError } from "../shell/ports.ts";
 
@@ -57,12 +65,21 @@ export async function runDoctor(configPath: string, options: DoctorOptions = {})
   let config: GatewayConfig;
   try {
     config = loadConfigFile(configPath);
-    findings.push({ check: "config", status: "ok", message: `${path.resolve(configPath)} is valid: ${config.actuators.length} actuator(s) on ${Object.keys(config.buses).length} bus(es).` });
+    findings.push({
+      check: "config",
+      status: "ok",
+      message: `${path.resolve(configPath)} is valid: ${config.actuators.length} actuator(s) on ${Object.keys(config.buses).length} bus(es).`,
+    });
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     for (const p of err.problems) {
       const where = `${p.path === "" ? "(file)" : p.path}${p.line === undefined ? "" : ` (line ${p.line})`}`;
-      findings.push({ check: "config", status: "fail", message: `${where}: ${p.message}`, fix: `Edit ${configPath} and run doctor again; the machine checks need a valid configuration.` });
+      findings.push({
+        check: "config",
+        status: "fail",
+        message: `${where}: ${p.message}`,
+        fix: `Edit ${configPath} and run doctor again; the machine checks need a valid configuration.`,
+      });
     }
     return findings;
   }
@@ -91,10 +108,16 @@ const INSTALL_NODE = "Install Node 24 LTS (64-bit Raspberry Pi OS) or Node 22 LT
 
 export function checkNode(version = process.versions.node): Finding {
   const range = (JSON.parse(fs.readFileSync(PACKAGE_JSON, "utf8")) as { engines?: { node?: string } }).engines?.node ?? "";
-  if (!satisfies(version, range)) return { check: "node", status: "fail", message: `Node ${version} is outside the supported set "${range}".`, fix: INSTALL_NODE };
+  if (!satisfies(version, range))
+    return { check: "node", status: "fail", message: `Node ${version} is outside the supported set "${range}".`, fix: INSTALL_NODE };
   const endedOn = END_OF_LIFE_NODE[parts(version)[0]!];
   return endedOn
-    ? { check: "node", status: "warn", message: `Node ${version} works, but its line reached end of life on ${endedOn}: no more security fixes.`, fix: INSTALL_NODE }
+    ? {
+        check: "node",
+        status: "warn",
+        message: `Node ${version} works, but its line reached end of life on ${endedOn}: no more security fixes.`,
+        fix: INSTALL_NODE,
+      }
     : { check: "node", status: "ok", message: `Node ${version} is supported ("${range}").` };
 }
 
@@ -106,20 +129,29 @@ export function satisfies(version: string, range: string): boolean {
   const v = parts(version);
   return range.split("||").some((alternative) => {
     const comparators = alternative.split(/\s+/).filter(Boolean);
-    return comparators.length > 0 && comparators.every((comparator) => {
-      const m = /^(>=|<=|>|<|=|\^)?v?(\d+(?:\.\d+){0,2})$/.exec(comparator);
-      if (!m) return false;
-      const bound = parts(m[2]!);
-      const c = compare(v, bound);
-      switch (m[1]) {
-        case ">=": return c >= 0;
-        case "<=": return c <= 0;
-        case ">": return c > 0;
-        case "<": return c < 0;
-        case "^": return c >= 0 && v[0] === bound[0];
-        default: return c === 0;
-      }
-    });
+    return (
+      comparators.length > 0 &&
+      comparators.every((comparator) => {
+        const m = /^(>=|<=|>|<|=|\^)?v?(\d+(?:\.\d+){0,2})$/.exec(comparator);
+        if (!m) return false;
+        const bound = parts(m[2]!);
+        const c = compare(v, bound);
+        switch (m[1]) {
+          case ">=":
+            return c >= 0;
+          case "<=":
+            return c <= 0;
+          case ">":
+            return c > 0;
+          case "<":
+            return c < 0;
+          case "^":
+            return c >= 0 && v[0] === bound[0];
+          default:
+            return c === 0;
+        }
+      })
+    );
   });
 }
 
@@ -136,12 +168,14 @@ function compare(a: number[], b: number[]): number {
 function checkUser(): Finding[] {
   const user = os.userInfo();
   if (user.uid !== 0) return [{ check: "user", status: "info", message: `Checking as ${user.username} (uid ${user.uid}).` }];
-  return [{
-    check: "user",
-    status: "warn",
-    message: "Running as root: file and device permissions are not checked as the service will see them.",
-    fix: "Run the doctor as the service user: sudo -u fencegate fencegate doctor --config /etc/fencegate/gateway.yaml",
-  }];
+  return [
+    {
+      check: "user",
+      status: "warn",
+      message: "Running as root: file and device permissions are not checked as the service will see them.",
+      fix: "Run the doctor as the service user: sudo -u fencegate fencegate doctor --config /etc/fencegate/gateway.yaml",
+    },
+  ];
 }
 
 /** Informative: decisions use the monotonic clock only; wall time only stamps logs and states. */
@@ -157,12 +191,26 @@ async function checkClock(): Promise<Finding[]> {
   const wallStepMs = Date.now() - (performance.timeOrigin + performance.now());
   findings.push(
     monotonic
-      ? { check: "clock", status: "ok", message: `The monotonic clock (performance.now, process.hrtime) works; leases and deadlines use only it. Wall clock ${new Date().toISOString()}, ${Math.round(wallStepMs)} ms off the monotonic clock since start.` }
-      : { check: "clock", status: "fail", message: "performance.now() went backwards: this Node cannot time leases.", fix: "Use an official Node build (docs/deploy.md, section 1)." },
+      ? {
+          check: "clock",
+          status: "ok",
+          message: `The monotonic clock (performance.now, process.hrtime) works; leases and deadlines use only it. Wall clock ${new Date().toISOString()}, ${Math.round(wallStepMs)} ms off the monotonic clock since start.`,
+        }
+      : {
+          check: "clock",
+          status: "fail",
+          message: "performance.now() went backwards: this Node cannot time leases.",
+          fix: "Use an official Node build (docs/deploy.md, section 1).",
+        },
   );
   const ntp = await run("timedatectl", ["show", "--property=NTP", "--property=NTPSynchronized", "--property=Timezone"]);
   if (ntp.ok) {
-    const props = Object.fromEntries(ntp.stdout.trim().split("\n").map((l) => l.split("=", 2) as [string, string]));
+    const props = Object.fromEntries(
+      ntp.stdout
+        .trim()
+        .split("\n")
+        .map((l) => l.split("=", 2) as [string, string]),
+    );
     const synced = props.NTPSynchronized === "yes";
     findings.push({
       check: "clock ntp",
@@ -173,7 +221,11 @@ async function checkClock(): Promise<Finding[]> {
       details: props,
     });
   } else {
-    findings.push({ check: "clock ntp", status: "info", message: `NTP state unknown (timedatectl: ${ntp.error}); no decision depends on the wall clock.` });
+    findings.push({
+      check: "clock ntp",
+      status: "info",
+      message: `NTP state unknown (timedatectl: ${ntp.error}); no decision depends on the wall clock.`,
+    });
   }
   return findings;
 }
@@ -198,23 +250,23 @@ async function checkSerial(bus: string, config: RtuBusConfig): Promise<Finding[]
   try {
     stat = fs.statSync(file);
   } catch (err) {
-    if (errorCode(err) === "EACCES") {
-      return [{ check, status: "fail", message: `${file} cannot be reached by ${os.userInfo().username}: a directory on its path is not searchable (EACCES).`, fix: "Use the device's own path (/dev/serial/by-id/...), or fix the directory's permissions." }];
-    }
-    const present = await presentPorts();
-    return [{
-      check,
-      status: "fail",
-      message: `${file} does not exist (${errorCode(err)}).`,
-      fix: `Plug in the RS-485 adapter and check \`dmesg | tail\`; ports present now: ${present.length > 0 ? present.join(", ") : "none"}.`,
-    }];
+    return serialPathMissing(check, file, err);
   }
   if (!stat.isCharacterDevice()) {
-    return [{ check, status: "fail", message: `${file} is not a character device (a serial port); it is a ${stat.isDirectory() ? "directory" : "regular file"}.`, fix: "Set buses.<name>.path to the adapter's device, e.g. /dev/serial/by-id/usb-FTDI_...-if00-port0." }];
+    return [
+      {
+        check,
+        status: "fail",
+        message: `${file} is not a character device (a serial port); it is a ${stat.isDirectory() ? "directory" : "regular file"}.`,
+        fix: "Set buses.<name>.path to the adapter's device, e.g. /dev/serial/by-id/usb-FTDI_...-if00-port0.",
+      },
+    ];
   }
   const real = fs.realpathSync(file);
   if (/^\/dev\/tty(USB|ACM)\d+$/.test(file)) {
-    const ids = byIdLinks().filter((l) => l.target === real).map((l) => l.link);
+    const ids = byIdLinks()
+      .filter((l) => l.target === real)
+      .map((l) => l.link);
     findings.push({
       check,
       status: "warn",
@@ -237,28 +289,74 @@ async function checkSerial(bus: string, config: RtuBusConfig): Promise<Finding[]
     });
     return findings;
   }
+  findings.push(await serialOpenFinding(check, config, stat, real));
+  findings.push(...latencyTimer(check, real));
+  return findings;
+}
+
+/** The serial port's path cannot be stat()ed: why, and what to do. */
+async function serialPathMissing(check: string, file: string, err: unknown): Promise<Finding[]> {
+  if (errorCode(err) === "EACCES") {
+    return [
+      {
+        check,
+        status: "fail",
+        message: `${file} cannot be reached by ${os.userInfo().username}: a directory on its path is not searchable (EACCES).`,
+        fix: "Use the device's own path (/dev/serial/by-id/...), or fix the directory's permissions.",
+      },
+    ];
+  }
+  const present = await presentPorts();
+  return [
+    {
+      check,
+      status: "fail",
+      message: `${file} does not exist (${errorCode(err)}).`,
+      fix: `Plug in the RS-485 adapter and check \`dmesg | tail\`; ports present now: ${present.length > 0 ? present.join(", ") : "none"}.`,
+    },
+  ];
+}
+
+/** Whether the port opens and locks with the bus's settings, as the daemon would open it. */
+async function serialOpenFinding(check: string, config: RtuBusConfig, stat: fs.Stats, real: string): Promise<Finding> {
+  const file = config.path;
   const holders = lockHolders(stat);
   const opened = await tryOpen(config);
   if (opened === null) {
-    findings.push({ check, status: "ok", message: `${file}${real === file ? "" : ` (${real})`} opens and locks at ${config.baudRate} baud, ${config.parity} parity, ${config.stopBits} stop bit(s).` });
-  } else if (/lock/i.test(opened)) {
-    findings.push({
+    return {
+      check,
+      status: "ok",
+      message: `${file}${real === file ? "" : ` (${real})`} opens and locks at ${config.baudRate} baud, ${config.parity} parity, ${config.stopBits} stop bit(s).`,
+    };
+  }
+  if (/lock/i.test(opened)) {
+    return {
       check,
       status: "fail",
       message: `${file} is locked by another process${holders.length > 0 ? ` (${holders.map(describePid).join(", ")})` : ""}: two masters on one line corrupt each other's frames.`,
       fix: "Stop the other program (if it is fencegate itself, this is expected while it runs: `systemctl stop fencegate` to check the port).",
-    });
-  } else {
-    findings.push({ check, status: "fail", message: `${file} cannot be opened as a serial port: ${opened}.`, fix: "Check the adapter (dmesg) and the baud rate and framing settings of the bus." });
+    };
   }
-  findings.push(...latencyTimer(check, real));
-  return findings;
+  return {
+    check,
+    status: "fail",
+    message: `${file} cannot be opened as a serial port: ${opened}.`,
+    fix: "Check the adapter (dmesg) and the baud rate and framing settings of the bus.",
+  };
 }
 
 /** null when the port opened (and was closed again), else the error. */
 function tryOpen(config: RtuBusConfig): Promise<string | null> {
   return new Promise((resolve) => {
-    const port = new SerialPort({ path: config.path, baudRate: config.baudRate, parity: config.parity, stopBits: config.stopBits, dataBits: 8, lock: true, autoOpen: false });
+    const port = new SerialPort({
+      path: config.path,
+      baudRate: config.baudRate,
+      parity: config.parity,
+      stopBits: config.stopBits,
+      dataBits: 8,
+      lock: true,
+      autoOpen: false,
+    });
     port.open((err) => {
       if (err) return resolve(err.message.replace(/^Error:?\s*/, ""));
       port.close(() => resolve(null));
@@ -276,12 +374,14 @@ function latencyTimer(check: string, real: string): Finding[] {
     return [];
   }
   if (ms <= 1) return [{ check, status: "ok", message: `USB latency_timer is ${ms} ms.` }];
-  return [{
-    check,
-    status: "warn",
-    message: `USB latency_timer is ${ms} ms: every reply from a device waits up to that long in the adapter, on top of the Modbus turnaround.`,
-    fix: `echo 1 > ${file} (or a udev rule; see docs/deploy.md).`,
-  }];
+  return [
+    {
+      check,
+      status: "warn",
+      message: `USB latency_timer is ${ms} ms: every reply from a device waits up to that long in the adapter, on top of the Modbus turnaround.`,
+      fix: `echo 1 > ${file} (or a udev rule; see docs/deploy.md).`,
+    },
+  ];
 }
 
 async function presentPorts(): Promise<string[]> {
@@ -291,7 +391,10 @@ async function presentPorts(): Promise<string[]> {
     return (await SerialPort.list()).map((p) => p.path);
   } catch {
     // SerialPort.list() needs udevadm, which containers and minimal images lack.
-    return fs.readdirSync("/dev").filter((n) => /^tty(USB|ACM|AMA)\d+$/.test(n)).map((n) => `/dev/${n}`);
+    return fs
+      .readdirSync("/dev")
+      .filter((n) => /^tty(USB|ACM|AMA)\d+$/.test(n))
+      .map((n) => `/dev/${n}`);
   }
 }
 
@@ -306,7 +409,10 @@ function byIdLinks(): { link: string; target: string }[] {
 
 function groupName(gid: number): string {
   try {
-    const line = fs.readFileSync("/etc/group", "utf8").split("\n").find((l) => l.split(":")[2] === String(gid));
+    const line = fs
+      .readFileSync("/etc/group", "utf8")
+      .split("\n")
+      .find((l) => l.split(":")[2] === String(gid));
     if (line) return line.split(":")[0]!;
   } catch {
     // fall through
@@ -361,8 +467,22 @@ function checkModbusTcp(bus: string, config: TcpBusConfig): Promise<Finding> {
       resolve(finding);
     };
     socket.once("connect", () => done({ check, status: "ok", message: `${where} accepts connections.` }));
-    socket.once("timeout", () => done({ check, status: "fail", message: `No answer from ${where} within ${config.timeoutMs * 3} ms.`, fix: "Check the device's address, its power and the network route." }));
-    socket.once("error", (err) => done({ check, status: "fail", message: `Cannot connect to ${where}: ${errorCode(err)}.`, fix: "Check the device's address and port (502 is the Modbus TCP default), and that it is powered and on the network." }));
+    socket.once("timeout", () =>
+      done({
+        check,
+        status: "fail",
+        message: `No answer from ${where} within ${config.timeoutMs * 3} ms.`,
+        fix: "Check the device's address, its power and the network route.",
+      }),
+    );
+    socket.once("error", (err) =>
+      done({
+        check,
+        status: "fail",
+        message: `Cannot connect to ${where}: ${errorCode(err)}.`,
+        fix: "Check the device's address and port (502 is the Modbus TCP default), and that it is powered and on the network.",
+      }),
+    );
   });
 }
 
@@ -376,7 +496,10 @@ async function checkSharedTcpDevices(config: GatewayConfig): Promise<Finding[]> 
   for (const [name, bus] of Object.entries(config.buses)) {
     if (bus.type !== "tcp") continue;
     const found = await dns.lookup(bus.host, { all: true }).catch(() => []);
-    addresses.set(name, found.map((a) => `${a.address}:${bus.port}`));
+    addresses.set(
+      name,
+      found.map((a) => `${a.address}:${bus.port}`),
+    );
   }
   const seen = new Map<string, number>();
   const findings: Finding[] = [];
@@ -418,7 +541,16 @@ async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
     const { timeoutMs } = busConfig;
     const bus = new ModbusBus(
       // One attempt to open (no reopening within the probe), every unit's answer within the bus timeout.
-      { name, link: busLink(busConfig), timeoutMs, reopenMinMs: 600_000, reopenMaxMs: 600_000, quietAfterTimeoutMs: quietAfterTimeoutMs(timeoutMs), offlineAfterFailures: OFFLINE_AFTER_FAILURES, queueLimitPerUnit: 4 },
+      {
+        name,
+        link: busLink(busConfig),
+        timeoutMs,
+        reopenMinMs: 600_000,
+        reopenMaxMs: 600_000,
+        quietAfterTimeoutMs: quietAfterTimeoutMs(timeoutMs),
+        offlineAfterFailures: OFFLINE_AFTER_FAILURES,
+        queueLimitPerUnit: 4,
+      },
       pino({ level: "silent" }),
     );
     for (const a of fenced) bus.addUnit(a.unit);
@@ -434,7 +566,11 @@ async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
       for (const a of fenced) {
         const check = `device ${a.id}`;
         if (!opened) {
-          findings.push({ check, status: "info", message: `Not probed: bus ${name} cannot be opened now (if the running daemon holds it, \`fencegate read ${a.id}\` says whether the device identifies right).` });
+          findings.push({
+            check,
+            status: "info",
+            message: `Not probed: bus ${name} cannot be opened now (if the running daemon holds it, \`fencegate read ${a.id}\` says whether the device identifies right).`,
+          });
           continue;
         }
         findings.push(await probeFenced(check, a.unit, name, new ModbusDevice({ bus, unit: a.unit, profile: "fenced", points: a.points })));
@@ -449,10 +585,19 @@ async function checkFencedDevices(config: GatewayConfig): Promise<Finding[]> {
 async function probeFenced(check: string, unit: number, bus: string, device: ModbusDevice): Promise<Finding> {
   try {
     const fence = await device.readFence();
-    return { check, status: "ok", message: `Unit ${unit} on ${bus} identifies as a fenced profile device with the configured setpoint registers; its own fence is at token ${fence?.token ?? 0}.` };
+    return {
+      check,
+      status: "ok",
+      message: `Unit ${unit} on ${bus} identifies as a fenced profile device with the configured setpoint registers; its own fence is at token ${fence?.token ?? 0}.`,
+    };
   } catch (err) {
     if (err instanceof DeviceMismatchError) {
-      return { check, status: "fail", message: err.message, fix: "Check the unit id (another device may answer at it); a device without the fenced identity block needs profile: plain (the gateway alone then fences it)." };
+      return {
+        check,
+        status: "fail",
+        message: err.message,
+        fix: "Check the unit id (another device may answer at it); a device without the fenced identity block needs profile: plain (the gateway alone then fences it).",
+      };
     }
     return {
       check,
@@ -471,19 +616,23 @@ function checkMetrics(config: GatewayConfig): Finding[] {
   const { enabled, host, port, auth } = config.metrics;
   if (!enabled || isLoopbackHost(host)) return [];
   if (auth !== undefined) {
-    return [{
-      check: "metrics",
-      status: "info",
-      message: `/metrics, /healthz and the status page listen on ${host}:${port} and ask for the credentials of metrics.auth, which travel in clear over plain HTTP.`,
-      fix: "On a network you do not trust, keep metrics.host: 127.0.0.1 behind a TLS reverse proxy, or an SSH tunnel.",
-    }];
+    return [
+      {
+        check: "metrics",
+        status: "info",
+        message: `/metrics, /healthz and the status page listen on ${host}:${port} and ask for the credentials of metrics.auth, which travel in clear over plain HTTP.`,
+        fix: "On a network you do not trust, keep metrics.host: 127.0.0.1 behind a TLS reverse proxy, or an SSH tunnel.",
+      },
+    ];
   }
-  return [{
-    check: "metrics",
-    status: "warn",
-    message: `/metrics and /healthz listen on ${host}:${port} and answer anyone who reaches it, without authentication: actuator ids, error rates, bus states.`,
-    fix: "Keep metrics.host: 127.0.0.1 and scrape through an SSH tunnel or an authenticating reverse proxy, or firewall the port to the Prometheus server only.",
-  }];
+  return [
+    {
+      check: "metrics",
+      status: "warn",
+      message: `/metrics and /healthz listen on ${host}:${port} and answer anyone who reaches it, without authentication: actuator ids, error rates, bus states.`,
+      fix: "Keep metrics.host: 127.0.0.1 and scrape through an SSH tunnel or an authenticating reverse proxy, or firewall the port to the Prometheus server only.",
+    },
+  ];
 }
 
 // ---------------------------------------------------------------------------------------
@@ -506,32 +655,57 @@ function explainBrokerError(err: unknown, mqtt: MqttConfig): { message: string; 
   const code = (err as { code?: unknown }).code;
   const text = (err as Error).message ?? String(err);
   if (code === "ENOTFOUND" || code === "EAI_AGAIN") {
-    return { message: `The broker's host name ${url.hostname} does not resolve (${String(code)}).`, fix: "Check mqtt.url's host and the Pi's DNS (/etc/resolv.conf), or use the broker's address." };
+    return {
+      message: `The broker's host name ${url.hostname} does not resolve (${String(code)}).`,
+      fix: "Check mqtt.url's host and the Pi's DNS (/etc/resolv.conf), or use the broker's address.",
+    };
   }
   if (code === "ECONNREFUSED") {
-    return { message: `Nothing accepts connections at ${where} (connection refused).`, fix: "Check that the broker runs and listens on that port (mosquitto: a listener line), and the port in mqtt.url." };
+    return {
+      message: `Nothing accepts connections at ${where} (connection refused).`,
+      fix: "Check that the broker runs and listens on that port (mosquitto: a listener line), and the port in mqtt.url.",
+    };
   }
   if (code === "EHOSTUNREACH" || code === "ENETUNREACH" || code === "ETIMEDOUT" || code === "TIMEOUT") {
-    return { message: `No answer from ${where} (${String(code)}).`, fix: "Check the network route and any firewall between the Pi and the broker." };
+    return {
+      message: `No answer from ${where} (${String(code)}).`,
+      fix: "Check the network route and any firewall between the Pi and the broker.",
+    };
   }
   if (typeof code === "string" && TLS_TRUST.has(code)) {
-    return { message: `The broker's TLS certificate is not trusted: ${text} (${code}).`, fix: "Set mqtt.tls.caFile to the CA that signed the broker's certificate, and connect by the name the certificate carries." };
+    return {
+      message: `The broker's TLS certificate is not trusted: ${text} (${code}).`,
+      fix: "Set mqtt.tls.caFile to the CA that signed the broker's certificate, and connect by the name the certificate carries.",
+    };
   }
   if ((typeof code === "string" && (code.startsWith("ERR_SSL") || code === "EPROTO")) || /SSL|TLS|certificate/i.test(text)) {
-    return { message: `The TLS handshake with ${where} failed: ${text}.`, fix: "Check that the port speaks TLS (8883, not 1883) and whether the broker requires a client certificate (mqtt.tls.certFile and keyFile)." };
+    return {
+      message: `The TLS handshake with ${where} failed: ${text}.`,
+      fix: "Check that the port speaks TLS (8883, not 1883) and whether the broker requires a client certificate (mqtt.tls.certFile and keyFile).",
+    };
   }
   // CONNACK refusals. Mosquitto answers a wrong password with "not authorized" (135) as
   // often as with "bad user name or password" (134), so the two are not told apart.
   if (code === 134 || code === 135 || code === 4 || code === 5) {
-    const fix = "Check mqtt.username and the password (file) against the broker's password file (mosquitto_passwd), or give the client certificate it expects.";
+    const fix =
+      "Check mqtt.username and the password (file) against the broker's password file (mosquitto_passwd), or give the client certificate it expects.";
     return mqtt.username === undefined
       ? { message: `The broker wants credentials and none were given (MQTT reason ${code}).`, fix }
-      : { message: `The broker refused user ${mqtt.username}: a wrong password, an unknown user or a user it does not allow (MQTT reason ${code}).`, fix };
+      : {
+          message: `The broker refused user ${mqtt.username}: a wrong password, an unknown user or a user it does not allow (MQTT reason ${code}).`,
+          fix,
+        };
   }
   if (code === "ECONNRESET" || code === "EPIPE" || code === "CLOSED") {
-    return { message: `${where} closed the connection before accepting it (${String(code)}).`, fix: "The port may speak TLS (use mqtts://) or require a client certificate; see the broker's log." };
+    return {
+      message: `${where} closed the connection before accepting it (${String(code)}).`,
+      fix: "The port may speak TLS (use mqtts://) or require a client certificate; see the broker's log.",
+    };
   }
-  return { message: `The broker connection failed: ${text}${code === undefined ? "" : ` (${String(code)})`}.`, fix: "See the broker's log for why it refused the connection." };
+  return {
+    message: `The broker connection failed: ${text}${code === undefined ? "" : ` (${String(code)})`}.`,
+    fix: "See the broker's log for why it refused the connection.",
+  };
 }
 
 /** A gateway group's etcd: reachable with the configured TLS and user, and who leads the group now. Reads only. */
@@ -541,11 +715,21 @@ export async function checkGroup(group: GroupConfig, config?: GatewayConfig): Pr
   const client = etcdClientFor(group);
   try {
     const leader = leaderOf(await client.get(leaderKeyOf(group.name)));
-    const differs = config === undefined ? null : differencesSentence(group.name, await differingMembers(client, group.name, publishedConfig(config)));
+    const differs =
+      config === undefined ? null : differencesSentence(group.name, await differingMembers(client, group.name, publishedConfig(config)));
     if (differs !== null) {
-      return { check, status: "fail", message: `etcd answers; ${differs}`, fix: "Make actuators (ids, units, profiles, points, expiry) and the lease and command limits the same on every member and restart the one that differs; buses may differ." };
+      return {
+        check,
+        status: "fail",
+        message: `etcd answers; ${differs}`,
+        fix: "Make actuators (ids, units, profiles, points, expiry) and the lease and command limits the same on every member and restart the one that differs; buses may differ.",
+      };
     }
-    const roomMs = leaderHangRoomMs(leadershipConfig(group.leaseTtlMs, group.selfFenceMarginMs), group.requestTimeoutMs, group.etcdElectionTimeoutMs);
+    const roomMs = leaderHangRoomMs(
+      leadershipConfig(group.leaseTtlMs, group.selfFenceMarginMs),
+      group.requestTimeoutMs,
+      group.etcdElectionTimeoutMs,
+    );
     return {
       check,
       status: "ok",
@@ -578,18 +762,30 @@ async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<Finding
       ...(mqtt.password !== undefined ? { password: mqtt.password } : {}),
     });
   } catch (err) {
-    return [{ check, status: "fail", message: `Cannot set up the connection: ${(err as Error).message}.`, fix: "Check the TLS files in mqtt.tls." }];
+    return [
+      {
+        check,
+        status: "fail",
+        message: `Cannot set up the connection: ${(err as Error).message}.`,
+        fix: "Check the TLS files in mqtt.tls.",
+      },
+    ];
   }
   const started = performance.now();
   const outcome = await new Promise<{ ok: true } | { ok: false; err: unknown }>((resolve) => {
-    const timer = setTimeout(() => resolve({ ok: false, err: Object.assign(new Error(`no CONNACK within ${timeoutMs} ms`), { code: "TIMEOUT" }) }), timeoutMs);
+    const timer = setTimeout(
+      () => resolve({ ok: false, err: Object.assign(new Error(`no CONNACK within ${timeoutMs} ms`), { code: "TIMEOUT" }) }),
+      timeoutMs,
+    );
     const done = (r: { ok: true } | { ok: false; err: unknown }) => {
       clearTimeout(timer);
       resolve(r);
     };
     client.once("connect", () => done({ ok: true }));
     client.once("error", (err) => done({ ok: false, err }));
-    client.once("close", () => setTimeout(() => done({ ok: false, err: Object.assign(new Error("connection closed"), { code: "CLOSED" }) }), 50));
+    client.once("close", () =>
+      setTimeout(() => done({ ok: false, err: Object.assign(new Error("connection closed"), { code: "CLOSED" }) }), 50),
+    );
   });
   try {
     if (!outcome.ok) {
@@ -597,12 +793,14 @@ async function checkBroker(mqtt: MqttConfig, timeoutMs: number): Promise<Finding
       return [{ check, status: "fail", message, fix }];
     }
     const connectMs = Math.round(performance.now() - started);
-    const findings: Finding[] = [{
-      check,
-      status: "ok",
-      message: `Connected to ${mqtt.url} as ${mqtt.username ?? "(anonymous)"} with MQTT ${mqtt.protocolVersion === 5 ? "5" : "3.1.1"} in ${connectMs} ms.`,
-      details: { connectMs },
-    }];
+    const findings: Finding[] = [
+      {
+        check,
+        status: "ok",
+        message: `Connected to ${mqtt.url} as ${mqtt.username ?? "(anonymous)"} with MQTT ${mqtt.protocolVersion === 5 ? "5" : "3.1.1"} in ${connectMs} ms.`,
+        details: { connectMs },
+      },
+    ];
     findings.push(await probeRequestTopics(client, mqtt));
     return findings;
   } finally {
@@ -619,7 +817,14 @@ async function checkGatewayId(config: GatewayConfig): Promise<Finding[]> {
   const check = "gateway id";
   const id = config.gatewayId;
   const result = await probeGateways(config.mqtt, { waitForAll: true });
-  if (result.kind === "unreachable") return [{ check, status: "info", message: `Whether another gateway uses gatewayId "${id}" or one of its actuator ids was not checked: the broker cannot be reached (${result.reason}).` }];
+  if (result.kind === "unreachable")
+    return [
+      {
+        check,
+        status: "info",
+        message: `Whether another gateway uses gatewayId "${id}" or one of its actuator ids was not checked: the broker cannot be reached (${result.reason}).`,
+      },
+    ];
   return [sameGatewayId(config, result), sharedActuatorIds(config, result)];
 }
 
@@ -631,9 +836,13 @@ function answeredCount(result: Extract<ProbeResult, { kind: "answered" }>): stri
 
 function sharedActuatorIds(config: GatewayConfig, result: Extract<ProbeResult, { kind: "answered" }>): Finding {
   const check = "actuator ids";
-  const self = identityOf(config.gatewayId, config.journal.path, { actuators: config.actuators.map((a) => a.id), group: config.group?.name });
+  const self = identityOf(config.gatewayId, config.journal.path, {
+    actuators: config.actuators.map((a) => a.id),
+    group: config.group?.name,
+  });
   const conflict = actuatorConflictOf(result, self);
-  if (conflict === undefined) return { check, status: "ok", message: `No other gateway serves an actuator of this one (${answeredCount(result)}).` };
+  if (conflict === undefined)
+    return { check, status: "ok", message: `No other gateway serves an actuator of this one (${answeredCount(result)}).` };
   return {
     check,
     status: "fail",
@@ -657,7 +866,12 @@ function sameGatewayId(config: GatewayConfig, result: Extract<ProbeResult, { kin
       fix: `Give this gateway its own gatewayId in the configuration, or stop the other one.`,
     };
   }
-  if (same.length === 1) return { check, status: "ok", message: `The daemon of this configuration is running (${where(same)}); no other gateway uses gatewayId "${id}".` };
+  if (same.length === 1)
+    return {
+      check,
+      status: "ok",
+      message: `The daemon of this configuration is running (${where(same)}); no other gateway uses gatewayId "${id}".`,
+    };
   return { check, status: "ok", message: `No gateway on the broker uses gatewayId "${id}" (${answeredCount(result)}).` };
 }
 
@@ -676,7 +890,13 @@ async function probeRequestTopics(client: MqttClient, mqtt: MqttConfig): Promise
   const granted: ISubscriptionGrant[] = await client.subscribeAsync(filters, { qos: 1 }).catch(() => []);
   const denied = filters.filter((f) => (granted.find((g) => g.topic === f)?.qos ?? 0x80) >= 0x80);
   const fix = "Let the gateway's user read <base>/+/lease/+, <base>/+/command and <base>/+/read (config/mosquitto/acl).";
-  if (denied.length > 0) return { check, status: "fail", message: `The broker does not let ${who} subscribe to ${denied.join(", ")}: requests would never arrive.`, fix };
+  if (denied.length > 0)
+    return {
+      check,
+      status: "fail",
+      message: `The broker does not let ${who} subscribe to ${denied.join(", ")}: requests would never arrive.`,
+      fix,
+    };
   const topic = `${mqtt.baseTopic}/${PROBE_ACTUATOR}/read`;
   const id = `doctor-${process.pid}-${Date.now()}`;
   const payload = JSON.stringify({ id });
@@ -689,13 +909,25 @@ async function probeRequestTopics(client: MqttClient, mqtt: MqttConfig): Promise
       }
     });
   });
-  const published = await client.publishAsync(topic, payload, { qos: 1 }).then(() => null, (err: Error) => err.message);
+  const published = await client.publishAsync(topic, payload, { qos: 1 }).then(
+    () => null,
+    (err: Error) => err.message,
+  );
   if (published !== null) {
-    return { check, status: "info", message: `May subscribe to the request topics; whether requests reach it was not checked: ${who} may not publish a probe request (${published}).` };
+    return {
+      check,
+      status: "info",
+      message: `May subscribe to the request topics; whether requests reach it was not checked: ${who} may not publish a probe request (${published}).`,
+    };
   }
   return (await arrived)
     ? { check, status: "ok", message: `Receives requests: a probe read request on ${topic} came back on the gateway's subscriptions.` }
-    : { check, status: "fail", message: `A probe request on ${topic} never arrived on the gateway's subscriptions: the broker's ACL does not let ${who} read the request topics (or publish them), so requests would never arrive.`, fix };
+    : {
+        check,
+        status: "fail",
+        message: `A probe request on ${topic} never arrived on the gateway's subscriptions: the broker's ACL does not let ${who} read the request topics (or publish them), so requests would never arrive.`,
+        fix,
+      };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -709,12 +941,31 @@ function checkJournalDir(journalPath: string, slowFsyncMs: number): Finding[] {
     let parent = path.dirname(dir);
     while (!fs.existsSync(parent) && parent !== path.dirname(parent)) parent = path.dirname(parent);
     const creatable = writable(parent);
-    return [creatable
-      ? { check, status: "warn", message: `${dir} does not exist yet; the daemon does not create it (a directory that is gone may be a disk not mounted).`, fix: `Mount the disk that holds it, or create it for the service user (install -d -o fencegate -g fencegate -m 0750 ${dir}); then ${INIT_FIX}` }
-      : { check, status: "fail", message: `${dir} does not exist and ${parent} is not writable by ${os.userInfo().username}.`, fix: `mkdir -p ${dir} && chown fencegate: ${dir} (or journal.path under /var/lib/fencegate with StateDirectory=fencegate).` }];
+    return [
+      creatable
+        ? {
+            check,
+            status: "warn",
+            message: `${dir} does not exist yet; the daemon does not create it (a directory that is gone may be a disk not mounted).`,
+            fix: `Mount the disk that holds it, or create it for the service user (install -d -o fencegate -g fencegate -m 0750 ${dir}); then ${INIT_FIX}`,
+          }
+        : {
+            check,
+            status: "fail",
+            message: `${dir} does not exist and ${parent} is not writable by ${os.userInfo().username}.`,
+            fix: `mkdir -p ${dir} && chown fencegate: ${dir} (or journal.path under /var/lib/fencegate with StateDirectory=fencegate).`,
+          },
+    ];
   }
   if (!writable(dir)) {
-    return [{ check, status: "fail", message: `${dir} is not writable by ${os.userInfo().username}: the journal and its -wal file live there.`, fix: `chown fencegate: ${dir} && chmod 0750 ${dir}.` }];
+    return [
+      {
+        check,
+        status: "fail",
+        message: `${dir} is not writable by ${os.userInfo().username}: the journal and its -wal file live there.`,
+        fix: `chown fencegate: ${dir} && chmod 0750 ${dir}.`,
+      },
+    ];
   }
   const probe = path.join(dir, `.fencegate-doctor-${process.pid}`);
   const samples: number[] = [];
@@ -732,7 +983,14 @@ function checkJournalDir(journalPath: string, slowFsyncMs: number): Finding[] {
       fs.closeSync(fd);
     }
   } catch (err) {
-    return [{ check, status: "fail", message: `Cannot write and sync a file in ${dir}: ${(err as Error).message}.`, fix: "Check the file system (read-only after errors? full? `dmesg`, `df -h`)." }];
+    return [
+      {
+        check,
+        status: "fail",
+        message: `Cannot write and sync a file in ${dir}: ${(err as Error).message}.`,
+        fix: "Check the file system (read-only after errors? full? `dmesg`, `df -h`).",
+      },
+    ];
   } finally {
     fs.rmSync(probe, { force: true });
   }
@@ -741,13 +999,23 @@ function checkJournalDir(journalPath: string, slowFsyncMs: number): Finding[] {
   const max = samples[samples.length - 1]!;
   const figures = `median ${median.toFixed(2)} ms, max ${max.toFixed(2)} ms over ${samples.length} writes`;
   const details = { fsyncMedianMs: round2(median), fsyncMaxMs: round2(max) };
-  return [median > slowFsyncMs
-    ? { check, status: "warn", message: `${dir}: write + fdatasync is slow (${figures}); every lease grant waits for one before it is answered, and commands' audit records fall behind (journal.auditLagMs).`, fix: "Use a better SD card (A1/A2 class) or an SSD over USB for /var/lib/fencegate.", details }
-    : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details }];
+  return [
+    median > slowFsyncMs
+      ? {
+          check,
+          status: "warn",
+          message: `${dir}: write + fdatasync is slow (${figures}); every lease grant waits for one before it is answered, and commands' audit records fall behind (journal.auditLagMs).`,
+          fix: "Use a better SD card (A1/A2 class) or an SSD over USB for /var/lib/fencegate.",
+          details,
+        }
+      : { check, status: "ok", message: `${dir} is writable; write + fdatasync ${figures}.`, details },
+  ];
 }
 
-const INIT_FIX = "If the journal is on a disk that is not mounted, mount it; if this gateway is new, run `fencegate journal init --config <this file>` as the service's user (docs/deploy.md §2).";
-const RECOVER_FIX = "Put the missing file back if you have it; otherwise stop the controllers of plain actuators and run `fencegate journal recover --config <this file>` (docs/deploy.md, the journal).";
+const INIT_FIX =
+  "If the journal is on a disk that is not mounted, mount it; if this gateway is new, run `fencegate journal init --config <this file>` as the service's user (docs/deploy.md §2).";
+const RECOVER_FIX =
+  "Put the missing file back if you have it; otherwise stop the controllers of plain actuators and run `fencegate journal recover --config <this file>` (docs/deploy.md, the journal).";
 
 function writable(dir: string): boolean {
   try {
@@ -774,16 +1042,19 @@ function checkJournalFile(config: GatewayConfig): Finding[] {
   try {
     stat = fs.statSync(file);
   } catch {
-    if (fs.existsSync(markPath(file))) {
-      return [{ check, status: "fail", message: `${file} is missing, but ${markPath(file)} says a journal was kept here: the daemon will refuse to start (exit 74) rather than grant its tokens again.`, fix: RECOVER_FIX }];
-    }
-    if (config.journal.createIfMissing) return [{ check, status: "info", message: `${file} does not exist yet: the first start creates it (journal.createIfMissing), and tokens start above the fences the fenced devices report.` }];
-    return [{ check, status: "fail", message: `${file} does not exist: the daemon will refuse to start (exit 74) rather than start a fresh journal by itself.`, fix: INIT_FIX }];
+    return missingJournalFindings(config);
   }
   try {
     fs.accessSync(file, fs.constants.R_OK | fs.constants.W_OK);
   } catch {
-    return [{ check, status: "fail", message: `${file} is not readable and writable by ${os.userInfo().username}.`, fix: `chown fencegate: ${file}*` }];
+    return [
+      {
+        check,
+        status: "fail",
+        message: `${file} is not readable and writable by ${os.userInfo().username}.`,
+        fix: `chown fencegate: ${file}*`,
+      },
+    ];
   }
   // The daemon's single-writer lock: a flock on the database file (SQLite's own locks are WAL's shared ones).
   const running = writerLockHeld(file);
@@ -791,25 +1062,82 @@ function checkJournalFile(config: GatewayConfig): Finding[] {
   const copy = path.join(copyDir, "journal.db");
   try {
     fs.copyFileSync(file, copy);
-    for (const beside of [`${file}-wal`, markPath(file)]) if (fs.existsSync(beside)) fs.copyFileSync(beside, copy + beside.slice(file.length));
-    const journal = openSqliteJournal({ path: copy, recentLimit: config.commands.recentLimit });
-    try {
-      const snapshots = journal.load();
-      const tokens = Object.fromEntries([...snapshots].map(([id, s]) => [id, { highestGranted: s.highestGranted, fence: s.fence }]));
-      const unknown = [...snapshots.keys()].filter((id) => !config.actuators.some((a) => a.id === id));
-      const inUse = running ? " It is in use by a running daemon (its writer lock is held); a copy was checked." : "";
-      const findings: Finding[] = [{ check, status: "ok", message: `${file} loads: ${snapshots.size} actuator(s) on record, ${(stat.size / 1024).toFixed(0)} KiB.${inUse}`, details: { actuators: tokens } }];
-      if (unknown.length > 0) findings.push({ check, status: "info", message: `The journal remembers actuators no longer configured: ${unknown.join(", ")}. Harmless; their records stay.` });
-      return findings;
-    } finally {
-      journal.close();
-    }
+    for (const beside of [`${file}-wal`, markPath(file)])
+      if (fs.existsSync(beside)) fs.copyFileSync(beside, copy + beside.slice(file.length));
+    return loadedJournalFindings(config, copy, stat.size, running);
   } catch (err) {
     const message = (err instanceof JournalError ? err.message : (err as Error).message).replaceAll(copy, file);
     const live = running ? " The daemon was running: stop it (systemctl stop fencegate) and run doctor again before acting on this." : "";
-    const fix = err instanceof NativeModuleError ? `Run \`npm rebuild\` in ${err.installDir} as the user who installed fencegate (after every Node major upgrade; docs/deploy.md §1).` : err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY" ? RECOVER_FIX : "Keep the journal's -mark file where it is, restore the journal from a backup or move it and its -wal file aside, then run `fencegate journal recover --config <this file>`, which sets every token above the mark's floor (docs/deploy.md §7).";
+    const fix =
+      err instanceof NativeModuleError
+        ? `Run \`npm rebuild\` in ${err.installDir} as the user who installed fencegate (after every Node major upgrade; docs/deploy.md §1).`
+        : err instanceof JournalError && err.code === "JOURNAL_LOST_HISTORY"
+          ? RECOVER_FIX
+          : "Keep the journal's -mark file where it is, restore the journal from a backup or move it and its -wal file aside, then run `fencegate journal recover --config <this file>`, which sets every token above the mark's floor (docs/deploy.md §7).";
     return [{ check, status: "fail", message: `${message}${live}`, fix }];
   } finally {
     fs.rmSync(copyDir, { recursive: true, force: true });
+  }
+}
+
+/** The journal file does not exist: what the daemon's start will do about it. */
+function missingJournalFindings(config: GatewayConfig): Finding[] {
+  const check = "journal";
+  const file = config.journal.path;
+  if (fs.existsSync(markPath(file))) {
+    return [
+      {
+        check,
+        status: "fail",
+        message: `${file} is missing, but ${markPath(file)} says a journal was kept here: the daemon will refuse to start (exit 74) rather than grant its tokens again.`,
+        fix: RECOVER_FIX,
+      },
+    ];
+  }
+  if (config.journal.createIfMissing)
+    return [
+      {
+        check,
+        status: "info",
+        message: `${file} does not exist yet: the first start creates it (journal.createIfMissing), and tokens start above the fences the fenced devices report.`,
+      },
+    ];
+  return [
+    {
+      check,
+      status: "fail",
+      message: `${file} does not exist: the daemon will refuse to start (exit 74) rather than start a fresh journal by itself.`,
+      fix: INIT_FIX,
+    },
+  ];
+}
+
+/** Loads the journal's copy `copy` as the daemon's start would, and says what it holds. */
+function loadedJournalFindings(config: GatewayConfig, copy: string, sizeBytes: number, running: boolean): Finding[] {
+  const check = "journal";
+  const file = config.journal.path;
+  const journal = openSqliteJournal({ path: copy, recentLimit: config.commands.recentLimit });
+  try {
+    const snapshots = journal.load();
+    const tokens = Object.fromEntries([...snapshots].map(([id, s]) => [id, { highestGranted: s.highestGranted, fence: s.fence }]));
+    const unknown = [...snapshots.keys()].filter((id) => !config.actuators.some((a) => a.id === id));
+    const inUse = running ? " It is in use by a running daemon (its writer lock is held); a copy was checked." : "";
+    const findings: Finding[] = [
+      {
+        check,
+        status: "ok",
+        message: `${file} loads: ${snapshots.size} actuator(s) on record, ${(sizeBytes / 1024).toFixed(0)} KiB.${inUse}`,
+        details: { actuators: tokens },
+      },
+    ];
+    if (unknown.length > 0)
+      findings.push({
+        check,
+        status: "info",
+        message: `The journal remembers actuators no longer configured: ${unknown.join(", ")}. Harmless; their records stay.`,
+      });
+    return findings;
+  } finally {
+    journal.close();
   }
 }

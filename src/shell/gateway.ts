@@ -29,11 +29,32 @@
  */
 import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
-import { EMPTY_SNAPSHOT, GATEWAY_HOLDER, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import {
+  EMPTY_SNAPSHOT,
+  GATEWAY_HOLDER,
+  initialState,
+  isLive,
+  nextWakeMs,
+  step,
+  viewLease,
+  type DurableSnapshot,
+} from "../core/actuator.ts";
 import { type GatewayRequest, verify } from "../../packages/protocol/src/index.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
-import { DeviceAnswerError, DeviceMismatchError, type Clock, type DevicePort, type GrantCommit, type GroupPort, type Journal, type JournalEntry, type Outbox, type Scheduler, type StateView } from "./ports.ts";
+import {
+  DeviceAnswerError,
+  DeviceMismatchError,
+  type Clock,
+  type DevicePort,
+  type GrantCommit,
+  type GroupPort,
+  type Journal,
+  type JournalEntry,
+  type Outbox,
+  type Scheduler,
+  type StateView,
+} from "./ports.ts";
 import { RefusalSummary } from "./refusal-summary.ts";
 
 export interface ActuatorBinding {
@@ -345,12 +366,30 @@ class ActuatorRuntime {
   private abandon(rest: readonly Effect[], failure: { token: number; commit: Extract<GrantCommit, { ok: false }> }): void {
     const { outbox, log } = this.gw.deps;
     const { token, commit } = failure;
-    log.warn({ actuator: this.id, token, stale: commit.stale, reason: commit.message }, "grant not confirmed by the gateway group; nothing granted");
+    log.warn(
+      { actuator: this.id, token, stale: commit.stale, reason: commit.message },
+      "grant not confirmed by the gateway group; nothing granted",
+    );
     for (const effect of rest) {
       if (effect.kind === "reply" && effect.ref !== null) {
-        outbox.reply(effect.ref, effect.reply.ok ? { ok: false, error: { code: "GROUP_UNAVAILABLE", message: `The gateway group could not confirm the grant (${commit.message}); nothing was granted. Retry shortly.` } } : effect.reply);
+        outbox.reply(
+          effect.ref,
+          effect.reply.ok
+            ? {
+                ok: false,
+                error: {
+                  code: "GROUP_UNAVAILABLE",
+                  message: `The gateway group could not confirm the grant (${commit.message}); nothing was granted. Retry shortly.`,
+                },
+              }
+            : effect.reply,
+        );
       } else if (effect.kind === "deviceWrite") {
-        const outcome = { kind: "failed", code: "DEVICE_UNAVAILABLE", message: "The command was not sent: the gateway group could not confirm the token it needed." } as const;
+        const outcome = {
+          kind: "failed",
+          code: "DEVICE_UNAVAILABLE",
+          message: "The command was not sent: the gateway group could not confirm the token it needed.",
+        } as const;
         this.gw.now((nowMs) => this.decide({ type: "deviceResult", nowMs, token: effect.token, seq: effect.seq, outcome }));
       }
     }
@@ -398,12 +437,19 @@ class ActuatorRuntime {
       // fence above a journal that has granted is another gateway's (a group member, a copy of
       // the journal). Tokens go on above it; the operator must find the other one.
       if (this.gw.deps.group === undefined && this.state.highestGranted > 0 && fence.token > this.state.highestGranted) {
-        this.gw.deps.log.warn(fields, "the device's fence is above this gateway's journal: another gateway has granted tokens on this device (a member of a gateway group, or a copy of this journal); make sure only one gateway serves it");
+        this.gw.deps.log.warn(
+          fields,
+          "the device's fence is above this gateway's journal: another gateway has granted tokens on this device (a member of a gateway group, or a copy of this journal); make sure only one gateway serves it",
+        );
       } else this.gw.deps.log.info(fields, "device fence read");
       this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
     } catch (err) {
       if (err instanceof DeviceMismatchError) this.noteUnusable(err);
-      else this.gw.deps.log.warn({ actuator: this.id, err }, "could not read the device's fence; leases stay unavailable until it can be read");
+      else
+        this.gw.deps.log.warn(
+          { actuator: this.id, err },
+          "could not read the device's fence; leases stay unavailable until it can be read",
+        );
     }
   }
 
@@ -423,7 +469,9 @@ class ActuatorRuntime {
   get problem(): string | null {
     if (this.mismatch !== null) return this.mismatch;
     if (!this.link.online) return this.link.reason;
-    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS ? `The device's last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).` : null;
+    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS
+      ? `The device's last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).`
+      : null;
   }
 
   /** Online for the core: the unit answers, the device is the one configured, and its polls succeed. */
@@ -437,12 +485,14 @@ class ActuatorRuntime {
   private noteUnusable(err: DeviceAnswerError | DeviceMismatchError): void {
     const { log } = this.gw.deps;
     if (err instanceof DeviceMismatchError) {
-      if (this.mismatch !== err.message) log.error({ actuator: this.id, problem: err.message }, "device mismatch: not the device configured");
+      if (this.mismatch !== err.message)
+        log.error({ actuator: this.id, problem: err.message }, "device mismatch: not the device configured");
       this.mismatch = err.message;
       this.fenceKnown = !this.binding.fenced; // whatever answers now, its fence is not the one read
     } else {
       this.badPolls = { count: this.badPolls.count + 1, reason: err.message };
-      if (this.badPolls.count === OFFLINE_AFTER_BAD_POLLS) log.warn({ actuator: this.id, problem: err.message }, "device answers polls unusably; reported offline");
+      if (this.badPolls.count === OFFLINE_AFTER_BAD_POLLS)
+        log.warn({ actuator: this.id, problem: err.message }, "device answers polls unusably; reported offline");
     }
     this.updateOnline();
   }
@@ -486,13 +536,19 @@ class ActuatorRuntime {
         const raised = await device.raiseFence(token);
         if (raised.kind === "refused") group.stale(`${this.id}: ${raised.message}`);
         if (raised.kind !== "raised") {
-          log.warn({ actuator: this.id, token, result: raised.kind, reason: raised.message }, "could not raise the device's fence; no lease is granted until it is raised");
+          log.warn(
+            { actuator: this.id, token, result: raised.kind, reason: raised.message },
+            "could not raise the device's fence; no lease is granted until it is raised",
+          );
           return false;
         }
       }
       this.fenceKnown = true;
       this.secured = true;
-      log.info({ actuator: this.id, token, deviceToken: deviceFence?.token ?? null, groupToken, holder: GATEWAY_HOLDER }, fenced ? "device fence raised" : "actuator taken over");
+      log.info(
+        { actuator: this.id, token, deviceToken: deviceFence?.token ?? null, groupToken, holder: GATEWAY_HOLDER },
+        fenced ? "device fence raised" : "actuator taken over",
+      );
       return true;
     } catch (err) {
       log.warn({ actuator: this.id, err }, "could not take the actuator over yet; leases stay unavailable until it is");
@@ -574,7 +630,8 @@ class ActuatorRuntime {
     const loop = () => {
       if (this.closed || epoch !== this.pollEpoch) return;
       void this.poll().finally(() => {
-        if (!this.closed && epoch === this.pollEpoch) this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
+        if (!this.closed && epoch === this.pollEpoch)
+          this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
       });
     };
     loop();
@@ -603,7 +660,8 @@ class ActuatorRuntime {
       pointFaults,
       problem: snapshot.online ? null : this.problem,
       gateway: this.gw.deps.gatewayId,
-      safeWrite: safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
+      safeWrite:
+        safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
       at: clock.wallNow(),
     };
   }
@@ -644,6 +702,24 @@ class ActuatorRuntime {
     this.cancelPoll?.();
     this.cancelReadBack?.();
   }
+}
+
+/**
+ * Why no lease can be granted yet, or null: a group member that has not taken the actuator over
+ * (raised the device's fence to a token of the group), or a fenced device whose fence is unread.
+ */
+function noGrantYet(
+  inGroup: boolean,
+  rt: { readonly secured: boolean; readonly fenceKnown: boolean; readonly problem: string | null },
+): string | null {
+  const { problem } = rt;
+  const because = problem === null ? "." : `: ${problem}${problem.endsWith(".") ? "" : "."}`;
+  if (inGroup && !rt.secured)
+    return `This gateway has not yet taken the actuator over (the device's fence raised to a token of the group); no lease is granted until it has${because}`;
+  if (rt.fenceKnown) return null;
+  return problem === null
+    ? "The device's own fence has not been read yet; no lease is granted until it has."
+    : `The device's own fence cannot be read, so no lease is granted${because}`;
 }
 
 export class Gateway {
@@ -745,7 +821,10 @@ export class Gateway {
       return;
     }
     if (!this.accepting) {
-      outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message: "The gateway is shutting down; retry against it once it is back." } });
+      outbox.reply(ref, {
+        ok: false,
+        error: { code: "DEVICE_UNAVAILABLE", message: "The gateway is shutting down; retry against it once it is back." },
+      });
       return;
     }
     switch (request.verb) {
@@ -753,19 +832,9 @@ export class Gateway {
         void rt.readNow().then((state) => outbox.reply(ref, { ok: true, state }));
         return;
       case "lease/acquire": {
-        if (this.deps.group !== undefined && !rt.secured) {
-          const { problem } = rt;
-          const message = `This gateway has not yet taken the actuator over (the device's fence raised to a token of the group); no lease is granted until it has${problem === null ? "." : `: ${problem}${problem.endsWith(".") ? "" : "."}`}`;
-          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message } });
-          return;
-        }
-        if (!rt.fenceKnown) {
-          const { problem } = rt;
-          const message =
-            problem === null
-              ? "The device's own fence has not been read yet; no lease is granted until it has."
-              : `The device's own fence cannot be read, so no lease is granted: ${problem}${problem.endsWith(".") ? "" : "."}`;
-          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message } });
+        const unavailable = noGrantYet(this.deps.group !== undefined, rt);
+        if (unavailable !== null) {
+          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message: unavailable } });
           return;
         }
         // The secret is drawn here, not in the core: the core stays free of randomness.
@@ -783,13 +852,7 @@ export class Gateway {
         this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token }));
         return;
       case "command":
-        if (this.committer.saturatedFor(rt.id)) {
-          const { records } = this.committer.backlog();
-          const mine = this.committer.saturated ? "" : ` (${this.committer.backlogOf(rt.id)} of them this actuator's, its share)`;
-          outbox.reply(ref, { ok: false, error: { code: "OVERLOADED", message: `The journal is ${records} records behind${mine} (the disk is slower than the commands); the command was not sent. Retry shortly.` } });
-          this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, seq: request.seq, code: "OVERLOADED" });
-          return;
-        }
+        if (this.committer.saturatedFor(rt.id)) return this.refuseJournalBehind(rt, ref, request);
         this.now((nowMs) =>
           rt.dispatch({
             type: "command",
@@ -805,6 +868,25 @@ export class Gateway {
         return;
     }
   }
+  /** A command refused OVERLOADED, unsent: the journal is too far behind (this actuator's share of it, or all of it). */
+  private refuseJournalBehind(rt: ActuatorRuntime, ref: number, request: Extract<GatewayRequest, { verb: "command" }>): void {
+    const { records } = this.committer.backlog();
+    const mine = this.committer.saturated ? "" : ` (${this.committer.backlogOf(rt.id)} of them this actuator's, its share)`;
+    this.deps.outbox.reply(ref, {
+      ok: false,
+      error: {
+        code: "OVERLOADED",
+        message: `The journal is ${records} records behind${mine} (the disk is slower than the commands); the command was not sent. Retry shortly.`,
+      },
+    });
+    this.publishEvent(rt.id, {
+      type: "rejected",
+      holder: request.holder,
+      token: request.token,
+      seq: request.seq,
+      code: "OVERLOADED",
+    });
+  }
 
   /**
    * Authenticated actuators: a request under the live lease's token must carry the MAC of
@@ -816,7 +898,13 @@ export class Gateway {
    */
   private signatureOk(rt: ActuatorRuntime, ref: number, request: Exclude<GatewayRequest, { verb: "read" | "lease/acquire" }>): boolean {
     const lease = rt.state.lease;
-    if (!rt.binding.authenticated || lease?.secret === undefined || lease.token !== request.token || !isLive(lease, this.deps.clock.monotonicMs())) return true;
+    if (
+      !rt.binding.authenticated ||
+      lease?.secret === undefined ||
+      lease.token !== request.token ||
+      !isLive(lease, this.deps.clock.monotonicMs())
+    )
+      return true;
     const refuse = (code: "BAD_SIGNATURE" | "REPLAYED_REQUEST", message: string) => {
       this.deps.outbox.reply(ref, { ok: false, error: { code, message } });
       this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code });
@@ -824,18 +912,32 @@ export class Gateway {
     };
     if (request.verb === "command") {
       const deadlineMs = request.deadlineMs ?? rt.binding.defaultDeadlineMs;
-      const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, seq: request.seq, set: request.set, deadlineMs };
+      const fields = {
+        verb: request.verb,
+        actuator: rt.id,
+        holder: request.holder,
+        token: request.token,
+        seq: request.seq,
+        set: request.set,
+        deadlineMs,
+      };
       return verify(lease.secret, fields, request.mac) || refuse("BAD_SIGNATURE", badMacMessage(request.mac));
     }
     const counter = request.counter ?? null;
     if (counter === null) {
-      return refuse("BAD_SIGNATURE", `A signed ${request.verb} must carry counter, above the counter of the lease's previous signed renew or release; nothing was changed.`);
+      return refuse(
+        "BAD_SIGNATURE",
+        `A signed ${request.verb} must carry counter, above the counter of the lease's previous signed renew or release; nothing was changed.`,
+      );
     }
     const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, counter };
     if (!verify(lease.secret, fields, request.mac)) return refuse("BAD_SIGNATURE", badMacMessage(request.mac));
     const last = rt.signedCounter?.token === request.token ? rt.signedCounter.counter : 0;
     if (counter <= last) {
-      return refuse("REPLAYED_REQUEST", `This ${request.verb} carries counter ${counter}, not above ${last}, the lease's last: a replayed request changes nothing. Sign each renew and release with a higher counter.`);
+      return refuse(
+        "REPLAYED_REQUEST",
+        `This ${request.verb} carries counter ${counter}, not above ${last}, the lease's last: a replayed request changes nothing. Sign each renew and release with a higher counter.`,
+      );
     }
     rt.signedCounter = { token: request.token, counter };
     return true;
@@ -861,7 +963,9 @@ export class Gateway {
     for (const rt of this.runtimes.values()) this.now((nowMs) => rt.dispatch({ type: "shutdown", nowMs }));
     const deadline = this.deps.clock.monotonicMs() + timeoutMs;
     for (;;) {
-      const busy = [...this.runtimes.values()].some((rt) => rt.state.inFlight !== null || rt.state.queue.length > 0 || (rt.state.safeWrite !== null && rt.state.online));
+      const busy = [...this.runtimes.values()].some(
+        (rt) => rt.state.inFlight !== null || rt.state.queue.length > 0 || (rt.state.safeWrite !== null && rt.state.online),
+      );
       await Promise.all([...this.runtimes.values()].map((rt) => rt.settled()));
       if (!busy) break;
       if (this.deps.clock.monotonicMs() >= deadline) {
@@ -892,7 +996,8 @@ export class Gateway {
     if (event.type === "rejected") this.refusals.note(actuator, event.holder ?? null, event.code ?? "");
     const level = decisionLevel(event);
     // The line says "refused", the word of the page, watch and the refusal summary; `type` keeps the wire's.
-    if (this.deps.log.isLevelEnabled(level)) this.deps.log[level]({ actuator, ...event }, event.type === "rejected" ? "refused" : event.type); // no object built for a line not written
+    if (this.deps.log.isLevelEnabled(level))
+      this.deps.log[level]({ actuator, ...event }, event.type === "rejected" ? "refused" : event.type); // no object built for a line not written
     this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
   }
 

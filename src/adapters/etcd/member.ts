@@ -80,7 +80,10 @@ function memberKeyOf(group: string, gatewayId: string): string {
 }
 
 /** How this member's actuators differ from other members', for the log, /healthz and the doctor; null when they do not. */
-export function differencesSentence(group: string, found: readonly { readonly gateway: string; readonly differences: readonly string[] }[]): string | null {
+export function differencesSentence(
+  group: string,
+  found: readonly { readonly gateway: string; readonly differences: readonly string[] }[],
+): string | null {
   if (found.length === 0) return null;
   const others = found.map((f) => f.gateway);
   return (
@@ -90,7 +93,11 @@ export function differencesSentence(group: string, found: readonly { readonly ga
 }
 
 /** The other members whose published actuator configuration differs from `mine`, and how. */
-export async function differingMembers(client: EtcdClient, group: string, mine: PublishedConfig): Promise<{ gateway: string; differences: string[] }[]> {
+export async function differingMembers(
+  client: EtcdClient,
+  group: string,
+  mine: PublishedConfig,
+): Promise<{ gateway: string; differences: string[] }[]> {
   const differing: { gateway: string; differences: string[] }[] = [];
   for (const kv of await client.list(`/fencegate/${group}/members/`, MAX_MEMBERS)) {
     const other = parsePublished(kv.value);
@@ -108,7 +115,8 @@ function tokenText(token: number): string {
 function tokenValue(kv: KeyValue | null): number {
   if (kv === null) return 0;
   const n = Number(kv.value);
-  if (!Number.isSafeInteger(n) || n < 0) throw new EtcdError("refused", `etcd key ${kv.key} holds "${kv.value.slice(0, 40)}", not a token; it was not written by fencegate`);
+  if (!Number.isSafeInteger(n) || n < 0)
+    throw new EtcdError("refused", `etcd key ${kv.key} holds "${kv.value.slice(0, 40)}", not a token; it was not written by fencegate`);
   return n;
 }
 
@@ -209,7 +217,8 @@ export class EtcdGroupMember implements GroupPort {
     const after = differencesSentence(group, differing);
     this.differing = differing;
     if (after !== null && after !== before) log.error({ code: "GROUP_CONFIG_DIFFERS", members: differing.map((d) => d.gateway) }, after);
-    if (after === null && before !== null) log.info("this gateway's actuators are configured as every other member's again; it may take over");
+    if (after === null && before !== null)
+      log.info("this gateway's actuators are configured as every other member's again; it may take over");
     return differing.length === 0;
   }
 
@@ -235,7 +244,11 @@ export class EtcdGroupMember implements GroupPort {
     const { config, clock } = this.options;
     const term = this.state.term;
     if (term === null || !mayGrant(config, this.state, clock.monotonicMs())) {
-      return { ok: false, stale: false, message: term === null ? "this gateway is not the group's active gateway" : "etcd did not answer this gateway's last request" };
+      return {
+        ok: false,
+        stale: false,
+        message: term === null ? "this gateway is not the group's active gateway" : "etcd did not answer this gateway's last request",
+      };
     }
     const key = this.tokenKey(actuator);
     const leaderChecks = [
@@ -245,21 +258,30 @@ export class EtcdGroupMember implements GroupPort {
     const put = [{ put: { key, value: tokenText(token) } }];
     const read = [{ range: { key: this.leaderKey } }, { range: { key } }];
     try {
-      let result = await this.options.client.txn([...leaderChecks, { key, target: "VALUE", result: "LESS", value: tokenText(token) }], put, read);
+      let result = await this.options.client.txn(
+        [...leaderChecks, { key, target: "VALUE", result: "LESS", value: tokenText(token) }],
+        put,
+        read,
+      );
       // etcd's value compare fails on a key that does not exist: the first token of an actuator.
       if (!result.succeeded && result.ranges[1] === null && this.isMine(result.ranges[0] ?? null, term)) {
         result = await this.options.client.txn([...leaderChecks, { key, target: "CREATE", result: "EQUAL", createRevision: 0 }], put, read);
       }
       if (result.succeeded) return this.confirmed(actuator, token);
       const leader = result.ranges[0] ?? null;
-      if (!this.isMine(leader, term)) return { ok: false, stale: true, message: "the leader key is no longer this gateway's: another gateway leads the group" };
+      if (!this.isMine(leader, term))
+        return { ok: false, stale: true, message: "the leader key is no longer this gateway's: another gateway leads the group" };
       const current = tokenValue(result.ranges[1] ?? null);
       // The client asks the next endpoint when an answer does not come in time, and etcd may
       // have applied the first attempt: a token written during this unbroken term (the leader
       // key checked above) that no commit of this term confirmed is this commit's own.
       const writtenInTerm = (result.ranges[1]?.modRevision ?? 0) > term.revision;
       if (current === token && writtenInTerm && this.confirmedTokens.get(actuator) !== token) return this.confirmed(actuator, token);
-      return { ok: false, stale: true, message: `etcd already holds token ${current} for ${actuator}, not below ${token}: this gateway's view is behind the group's` };
+      return {
+        ok: false,
+        stale: true,
+        message: `etcd already holds token ${current} for ${actuator}, not below ${token}: this gateway's view is behind the group's`,
+      };
     } catch (err) {
       return { ok: false, stale: false, message: err instanceof Error ? err.message : String(err) };
     }
@@ -291,7 +313,7 @@ export class EtcdGroupMember implements GroupPort {
   }
 
   private perform(effect: LeadershipEffect): void {
-    const { client, clock, log } = this.options;
+    const { client, log } = this.options;
     switch (effect.kind) {
       case "deactivate":
         log.warn({ reason: effect.reason, detail: effect.detail }, "stepping down: device I/O stopped");
@@ -302,71 +324,90 @@ export class EtcdGroupMember implements GroupPort {
         this.options.onActivate(effect.term);
         return;
       case "revoke":
-        void client.revokeLease(effect.id).catch((err: unknown) => log.debug({ lease: effect.id, err }, "could not revoke etcd lease; it expires by itself"));
-        return;
-      case "grant": {
-        const sentAtMs = clock.monotonicMs();
-        void client.grantLease(Math.ceil(effect.ttlMs / 1000)).then(
-          ({ id, ttlS }) => {
-            this.lastFailure = null;
-            log.debug({ lease: id, ttlS }, "etcd lease granted");
-            this.dispatch({ type: "granted", id, ttlMs: ttlS * 1000, sentAtMs });
-          },
-          (err: unknown) => {
-            this.failed("etcd lease grant failed; retrying", err);
-            this.dispatch({ type: "grantFailed" });
-          },
-        );
-        return;
-      }
-      case "renew": {
-        const sentAtMs = clock.monotonicMs();
-        void client.keepAlive(effect.id).then(
-          (ttlS) => {
-            if (this.lastFailure !== null) log.info({ lease: effect.id }, "etcd answers again");
-            this.lastFailure = null;
-            log.debug({ lease: effect.id, ttlS }, "etcd lease renewed");
-            this.dispatch({ type: "renewed", id: effect.id, ttlMs: ttlS * 1000, sentAtMs });
-          },
-          (err: unknown) => {
-            this.failed("etcd lease renewal failed; retrying", err, { lease: effect.id });
-            this.dispatch({ type: "renewFailed", id: effect.id });
-          },
-        );
-        return;
-      }
-      case "look":
-        void (async () => {
-          const kv = await client.get(this.leaderKey);
-          const leader = this.classify(kv, effect.leaseId);
-          // Before a campaign, always read the others' configurations again.
-          return { kv, leader, configAgrees: await this.membersAgree(leader === "none" && this.state.phase === "standby") };
-        })().then(
-          ({ kv, leader, configAgrees }) => {
-            this.noteLeader(kv);
-            this.dispatch({ type: "looked", leaseId: effect.leaseId, leader, configAgrees });
-          },
-          (err: unknown) => {
-            log.debug({ err }, "could not read the leader key");
-            this.dispatch({ type: "lookFailed" });
-          },
-        );
-        return;
-      case "campaign":
         void client
-          .txn([{ key: this.leaderKey, target: "CREATE", result: "EQUAL", createRevision: 0 }], [{ put: { key: this.leaderKey, value: this.identity, lease: effect.leaseId } }], [{ range: { key: this.leaderKey } }])
-          .then(
-            (result) => {
-              if (!result.succeeded) this.noteLeader(result.ranges[0] ?? null);
-              this.dispatch({ type: "campaigned", won: result.succeeded ? { revision: result.revision } : null });
-            },
-            (err: unknown) => {
-              this.failed("campaign for the leader key failed", err);
-              this.dispatch({ type: "campaignFailed" });
-            },
-          );
+          .revokeLease(effect.id)
+          .catch((err: unknown) => log.debug({ lease: effect.id, err }, "could not revoke etcd lease; it expires by itself"));
         return;
+      case "grant":
+        return this.grantLease(effect.ttlMs);
+      case "renew":
+        return this.renewLease(effect.id);
+      case "look":
+        return this.lookAtLeader(effect.leaseId);
+      case "campaign":
+        return this.campaign(effect.leaseId);
     }
+  }
+
+  private grantLease(ttlMs: number): void {
+    const { client, clock, log } = this.options;
+    const sentAtMs = clock.monotonicMs();
+    void client.grantLease(Math.ceil(ttlMs / 1000)).then(
+      ({ id, ttlS }) => {
+        this.lastFailure = null;
+        log.debug({ lease: id, ttlS }, "etcd lease granted");
+        this.dispatch({ type: "granted", id, ttlMs: ttlS * 1000, sentAtMs });
+      },
+      (err: unknown) => {
+        this.failed("etcd lease grant failed; retrying", err);
+        this.dispatch({ type: "grantFailed" });
+      },
+    );
+  }
+
+  private renewLease(id: string): void {
+    const { client, clock, log } = this.options;
+    const sentAtMs = clock.monotonicMs();
+    void client.keepAlive(id).then(
+      (ttlS) => {
+        if (this.lastFailure !== null) log.info({ lease: id }, "etcd answers again");
+        this.lastFailure = null;
+        log.debug({ lease: id, ttlS }, "etcd lease renewed");
+        this.dispatch({ type: "renewed", id, ttlMs: ttlS * 1000, sentAtMs });
+      },
+      (err: unknown) => {
+        this.failed("etcd lease renewal failed; retrying", err, { lease: id });
+        this.dispatch({ type: "renewFailed", id });
+      },
+    );
+  }
+
+  private lookAtLeader(leaseId: string): void {
+    const { client, log } = this.options;
+    void (async () => {
+      const kv = await client.get(this.leaderKey);
+      const leader = this.classify(kv, leaseId);
+      // Before a campaign, always read the others' configurations again.
+      return { kv, leader, configAgrees: await this.membersAgree(leader === "none" && this.state.phase === "standby") };
+    })().then(
+      ({ kv, leader, configAgrees }) => {
+        this.noteLeader(kv);
+        this.dispatch({ type: "looked", leaseId, leader, configAgrees });
+      },
+      (err: unknown) => {
+        log.debug({ err }, "could not read the leader key");
+        this.dispatch({ type: "lookFailed" });
+      },
+    );
+  }
+
+  private campaign(leaseId: string): void {
+    void this.options.client
+      .txn(
+        [{ key: this.leaderKey, target: "CREATE", result: "EQUAL", createRevision: 0 }],
+        [{ put: { key: this.leaderKey, value: this.identity, lease: leaseId } }],
+        [{ range: { key: this.leaderKey } }],
+      )
+      .then(
+        (result) => {
+          if (!result.succeeded) this.noteLeader(result.ranges[0] ?? null);
+          this.dispatch({ type: "campaigned", won: result.succeeded ? { revision: result.revision } : null });
+        },
+        (err: unknown) => {
+          this.failed("campaign for the leader key failed", err);
+          this.dispatch({ type: "campaignFailed" });
+        },
+      );
   }
 
   /** A failed etcd request: at warn when it says something new, else at debug (retries come every few hundred ms). */
@@ -383,7 +424,14 @@ export class EtcdGroupMember implements GroupPort {
     if (holder === this.lastLeader) return;
     this.lastLeader = holder;
     if (holder === "this gateway") return; // said when it took over
-    this.options.log.info({ leader: holder }, holder === "nobody" ? (this.differing.length > 0 ? "the group's leader key is free; not taking over: this gateway's actuators are configured differently from another member's" : "the group's leader key is free; campaigning") : "the group's leader key is held by another gateway; standing by");
+    this.options.log.info(
+      { leader: holder },
+      holder === "nobody"
+        ? this.differing.length > 0
+          ? "the group's leader key is free; not taking over: this gateway's actuators are configured differently from another member's"
+          : "the group's leader key is free; campaigning"
+        : "the group's leader key is held by another gateway; standing by",
+    );
   }
 
   private classify(kv: KeyValue | null, leaseId: string): "none" | "other" | { mine: Term } {
@@ -399,7 +447,16 @@ export function etcdClientFor(group: GroupConfig): EtcdClient {
   return new EtcdClient({
     endpoints: group.endpoints,
     requestTimeoutMs: group.requestTimeoutMs,
-    ...(tls ? { tls: { rejectUnauthorized: tls.rejectUnauthorized, ...(tls.caFile ? { ca: readFileSync(tls.caFile) } : {}), ...(tls.certFile ? { cert: readFileSync(tls.certFile) } : {}), ...(tls.keyFile ? { key: readFileSync(tls.keyFile) } : {}) } } : {}),
+    ...(tls
+      ? {
+          tls: {
+            rejectUnauthorized: tls.rejectUnauthorized,
+            ...(tls.caFile ? { ca: readFileSync(tls.caFile) } : {}),
+            ...(tls.certFile ? { cert: readFileSync(tls.certFile) } : {}),
+            ...(tls.keyFile ? { key: readFileSync(tls.keyFile) } : {}),
+          },
+        }
+      : {}),
     ...(group.username !== undefined ? { username: group.username, password: group.password ?? "" } : {}),
   });
 }

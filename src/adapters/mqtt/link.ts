@@ -19,12 +19,32 @@ import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPubl
 import type { Logger } from "pino";
 import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
-import { GATEWAY_LEVEL, type GatewayIdentity, type GatewayRequest, type GatewayRole, actuatorRequestSubscriptions, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, parseRequestTopic, stateTopic } from "../../../packages/protocol/src/index.ts";
+import {
+  GATEWAY_LEVEL,
+  type GatewayIdentity,
+  type GatewayRequest,
+  type GatewayRole,
+  actuatorRequestSubscriptions,
+  eventsTopic,
+  gatewayActuatorsTopic,
+  gatewayStatusTopic,
+  parseRequestTopic,
+  stateTopic,
+} from "../../../packages/protocol/src/index.ts";
 import type { OutboundReply, Outbox, StateView } from "../../shell/ports.ts";
 import { GuardedStream, maxPacketBytes, pubackPacket, type DroppedPacket } from "./packet-guard.ts";
-import { directoryPayload, eventPayload, gatewayStatusPayload, identityReplyPayload, readReplyPayload, refusalPayload, replyPayload, statePayload } from "./payloads.ts";
+import {
+  directoryPayload,
+  eventPayload,
+  gatewayStatusPayload,
+  identityReplyPayload,
+  readReplyPayload,
+  refusalPayload,
+  replyPayload,
+  statePayload,
+} from "./payloads.ts";
 import { RequestBudgets, type BudgetLimits } from "./admission.ts";
-import { parseRequest, type ReplyRoute, type RequestLimits } from "./requests.ts";
+import { parseRequest, type ReplyRoute, type Request, type RequestLimits } from "./requests.ts";
 
 /** What the link needs from the shell. */
 export interface RequestSink {
@@ -180,7 +200,11 @@ export class MqttLink implements Outbox {
   /** The status, and which actuators this gateway serves (a standby too: its group does). */
   private publishStatus(client: MqttClient): void {
     const { gatewayId, identity } = this.options;
-    client.publish(gatewayActuatorsTopic(this.base, gatewayId), directoryPayload(gatewayId, this.sink?.actuatorIds() ?? [], identity.group), { qos: 1, retain: true });
+    client.publish(
+      gatewayActuatorsTopic(this.base, gatewayId),
+      directoryPayload(gatewayId, this.sink?.actuatorIds() ?? [], identity.group),
+      { qos: 1, retain: true },
+    );
     client.publish(gatewayStatusTopic(this.base, gatewayId), gatewayStatusPayload(true, this.role), { qos: 1, retain: true });
   }
 
@@ -270,7 +294,9 @@ export class MqttLink implements Outbox {
       this.reconnectMs = Math.min(mqtt.reconnect.maxMs, this.reconnectMs * 2);
       if (!this.ended) void this.askWhoTookTheId(client, takenOver);
     });
-    client.on("offline", () => log.warn({ broker: mqtt.url, retryInMs: client.options.reconnectPeriod }, "MQTT broker unreachable; reconnecting"));
+    client.on("offline", () =>
+      log.warn({ broker: mqtt.url, retryInMs: client.options.reconnectPeriod }, "MQTT broker unreachable; reconnecting"),
+    );
     // Brokers that say so (MQTT 5 reason 0x8E); Mosquitto 2.0 just closes. Either way any
     // client may have taken the id: the close asks who before anything is concluded.
     client.on("disconnect", (packet) => {
@@ -349,7 +375,8 @@ export class MqttLink implements Outbox {
       // Not served here: UNKNOWN_ACTUATOR, from the shell. But `B/gateway/read` (who this
       // gateway is) has a budget like any actuator's: a reply is owed to each.
       if (lease === undefined && where.actuator !== GATEWAY_LEVEL) return null;
-      holderTraffic = lease !== undefined && lease !== null && holder === lease.holder && (where.verb === "lease/acquire" || token === lease.token);
+      holderTraffic =
+        lease !== undefined && lease !== null && holder === lease.holder && (where.verb === "lease/acquire" || token === lease.token);
       // An acquire of a free actuator competes with nobody's lease: the first one is granted,
       // and those after it find the lease held and count against their budgets.
       if (holderTraffic || (lease === null && where.verb === "lease/acquire")) return null;
@@ -357,7 +384,10 @@ export class MqttLink implements Outbox {
       const admission = this.budgets.take(where.actuator, requester, performance.now());
       if (admission === "admit") return null;
       const who = requester === "_" ? "requests without a holder" : `the requests of ${requester}`;
-      return { drop: admission === "drop", message: `${where.actuator} takes only so many requests a second from anyone but its lease holder, and ${who} (or everyone's together) went over it; retry in a second.` };
+      return {
+        drop: admission === "drop",
+        message: `${where.actuator} takes only so many requests a second from anyone but its lease holder, and ${who} (or everyone's together) went over it; retry in a second.`,
+      };
     };
     const parsed = parseRequest({
       base: this.base,
@@ -380,7 +410,11 @@ export class MqttLink implements Outbox {
     if (parsed.kind === "refused") {
       this.count(this.counters.refusedAtEdge, parsed.code);
       this.options.log.debug({ actuator: where.actuator, id: parsed.id, code: parsed.code }, parsed.message);
-      this.options.onRefused?.(where.actuator, parsed.route.kind === "holderTopic" ? holderOf(parsed.route.holderTopic) : null, parsed.code);
+      this.options.onRefused?.(
+        where.actuator,
+        parsed.route.kind === "holderTopic" ? holderOf(parsed.route.holderTopic) : null,
+        parsed.code,
+      );
       this.publishReply(parsed.route, refusalPayload(parsed));
       return;
     }
@@ -389,10 +423,15 @@ export class MqttLink implements Outbox {
       this.publishReply(route, identityReplyPayload(request.id, this.options.identity));
       return;
     }
-    const kind: PendingKind = request.verb === "read" ? "reads" : holderTraffic ? "holder" : "requests";
+    this.dispatch(sink, request, route, holderTraffic ? "holder" : "requests");
+  }
+  /** Hands a parsed request to the gateway, unless its actuator has the most of its kind in progress already. */
+  private dispatch(sink: RequestSink, request: Request, route: ReplyRoute, writeKind: "holder" | "requests"): void {
+    const kind: PendingKind = request.verb === "read" ? "reads" : writeKind;
     const pending = this.pending.get(request.actuator) ?? { reads: 0, requests: 0, holder: 0 };
     if (pending[kind] >= (kind === "reads" ? this.options.maxPendingReadsPerActuator : this.options.maxPendingRequestsPerActuator)) {
-      const what = kind === "reads" ? "reads" : kind === "holder" ? "lease requests and commands of its holder" : "lease requests and commands";
+      const what =
+        kind === "reads" ? "reads" : kind === "holder" ? "lease requests and commands of its holder" : "lease requests and commands";
       const message = `${request.actuator} has ${pending[kind]} ${what} in progress, the most it takes at once; retry shortly.`;
       this.count(this.counters.refusedAtEdge, "OVERLOADED");
       this.options.onRefused?.(request.actuator, request.holder, "OVERLOADED");
@@ -435,7 +474,11 @@ export class MqttLink implements Outbox {
       dropped++;
     }
     this.unacknowledgedReplies.clear();
-    if (dropped > 0) this.options.log.warn({ dropped }, "the MQTT connection dropped with replies unacknowledged; they are not re-sent (requesters retry)");
+    if (dropped > 0)
+      this.options.log.warn(
+        { dropped },
+        "the MQTT connection dropped with replies unacknowledged; they are not re-sent (requesters retry)",
+      );
   }
 
   /** Publishes only while connected (a reply owed to a dead connection is not queued up); false if not. */
@@ -503,9 +546,14 @@ export class MqttLink implements Outbox {
       // another one by now; its status tells readers whether they are current.
       const states = (this.role !== undefined ? [] : (this.sink?.actuatorIds() ?? [])).flatMap((id) => {
         const view = this.sink?.view(id);
-        return view ? [client.publishAsync(stateTopic(this.base, id), statePayload({ ...view, online: false, lease: null }), retained)] : [];
+        return view
+          ? [client.publishAsync(stateTopic(this.base, id), statePayload({ ...view, online: false, lease: null }), retained)]
+          : [];
       });
-      return Promise.all([...states, client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false, this.role), retained)]);
+      return Promise.all([
+        ...states,
+        client.publishAsync(gatewayStatusTopic(this.base, this.options.gatewayId), gatewayStatusPayload(false, this.role), retained),
+      ]);
     };
     const acknowledged =
       client.connected &&
@@ -516,7 +564,14 @@ export class MqttLink implements Outbox {
           () => false,
         ),
       ));
-    if (acknowledged && (await within(STOP_GRACE_MS, client.endAsync().then(() => true)))) return;
+    if (
+      acknowledged &&
+      (await within(
+        STOP_GRACE_MS,
+        client.endAsync().then(() => true),
+      ))
+    )
+      return;
     client.stream?.destroy();
     await client.endAsync(true);
   }
