@@ -117,7 +117,9 @@ function main(): void {
   const loadBefore = os.loadavg();
 
   try {
-    console.log(`fencegate bench:core — node ${process.version}, ${os.cpus().length} CPUs, load ${loadBefore.map((l) => l.toFixed(1)).join(" ")}`);
+    console.log(
+      `fencegate bench:core — node ${process.version}, ${os.cpus().length} CPUs, load ${loadBefore.map((l) => l.toFixed(1)).join(" ")}`,
+    );
     console.log(`files in ${dir} (same filesystem as the repo: ${sameDisk ? "yes" : "NO"})\n`);
 
     benchCore(200); // warm-up
@@ -185,13 +187,41 @@ function main(): void {
     journal.close();
 
     const ratio = { p50: single.p50Ms / floor.p50Ms, p99: single.p99Ms / floor.p99Ms, throughput: floor.perSecond / single.perSecond };
-    const ratioInPlace = { p50: single.p50Ms / floorInPlace.p50Ms, p99: single.p99Ms / floorInPlace.p99Ms, throughput: floorInPlace.perSecond / single.perSecond };
+    const ratioInPlace = {
+      p50: single.p50Ms / floorInPlace.p50Ms,
+      p99: single.p99Ms / floorInPlace.p99Ms,
+      throughput: floorInPlace.perSecond / single.perSecond,
+    };
     const f = (x: number, d = 3) => x.toFixed(d).padStart(9);
     const rows: [string, string, string, string, string][] = [
-      ["core step (no journal)", "-".padStart(9), "-".padStart(9), f(core.nsPerDecision / 1e6, 5), `${Math.round(core.perSecond).toLocaleString("en")} decisions/s`],
-      ["journal commit, 1 record", f(single.p50Ms), f(single.p99Ms), f(single.meanMs), `${Math.round(single.perSecond).toLocaleString("en")} commits/s`],
-      ["floor: append + fdatasync", f(floor.p50Ms), f(floor.p99Ms), f(floor.meanMs), `${Math.round(floor.perSecond).toLocaleString("en")} syncs/s`],
-      ["floor: overwrite + fdatasync", f(floorInPlace.p50Ms), f(floorInPlace.p99Ms), f(floorInPlace.meanMs), `${Math.round(floorInPlace.perSecond).toLocaleString("en")} syncs/s`],
+      [
+        "core step (no journal)",
+        "-".padStart(9),
+        "-".padStart(9),
+        f(core.nsPerDecision / 1e6, 5),
+        `${Math.round(core.perSecond).toLocaleString("en")} decisions/s`,
+      ],
+      [
+        "journal commit, 1 record",
+        f(single.p50Ms),
+        f(single.p99Ms),
+        f(single.meanMs),
+        `${Math.round(single.perSecond).toLocaleString("en")} commits/s`,
+      ],
+      [
+        "floor: append + fdatasync",
+        f(floor.p50Ms),
+        f(floor.p99Ms),
+        f(floor.meanMs),
+        `${Math.round(floor.perSecond).toLocaleString("en")} syncs/s`,
+      ],
+      [
+        "floor: overwrite + fdatasync",
+        f(floorInPlace.p50Ms),
+        f(floorInPlace.p99Ms),
+        f(floorInPlace.meanMs),
+        `${Math.round(floorInPlace.perSecond).toLocaleString("en")} syncs/s`,
+      ],
       ...Object.entries(group).map(([b, s]): [string, string, string, string, string] => [
         `group commit, ${b} record${b === "1" ? "" : "s"}`,
         f(s.p50Ms),
@@ -202,10 +232,13 @@ function main(): void {
     ];
     console.log(`${"".padEnd(30)}${"p50 ms".padStart(9)} ${"p99 ms".padStart(9)} ${"mean ms".padStart(9)}   rate`);
     for (const [name, p50, p99, mean, rate] of rows) console.log(`${name.padEnd(30)}${p50} ${p99} ${mean}   ${rate}`);
-    const show = (r: typeof ratio) => `p50 ×${r.p50.toFixed(2)}, p99 ×${r.p99.toFixed(2)}, throughput ×${r.throughput.toFixed(2)} (floor ÷ journal)`;
+    const show = (r: typeof ratio) =>
+      `p50 ×${r.p50.toFixed(2)}, p99 ×${r.p99.toFixed(2)}, throughput ×${r.throughput.toFixed(2)} (floor ÷ journal)`;
     console.log(`\njournal / append floor:    ${show(ratio)}`);
     console.log(`journal / overwrite floor: ${show(ratioInPlace)}`);
-    console.log(`journal: ${settings.journalMode}, synchronous=${settings.synchronous} (2 = FULL), ${COMMITS} single-record commits in ${ROUNDS} rounds alternating with the floor`);
+    console.log(
+      `journal: ${settings.journalMode}, synchronous=${settings.synchronous} (2 = FULL), ${COMMITS} single-record commits in ${ROUNDS} rounds alternating with the floor`,
+    );
 
     const results = {
       at: new Date().toISOString(),

@@ -218,7 +218,14 @@ interface Launch {
 
 async function startGateway(
   world: World,
-  setup: { buses: Record<string, unknown>; actuators: { id: string }[]; profileName?: string; leases?: Record<string, unknown>; slowSyncMs?: number; launch?: Launch },
+  setup: {
+    buses: Record<string, unknown>;
+    actuators: { id: string }[];
+    profileName?: string;
+    leases?: Record<string, unknown>;
+    slowSyncMs?: number;
+    launch?: Launch;
+  },
 ): Promise<Gateway> {
   const dir = fs.mkdtempSync(path.join(world.dir, "gw-"));
   const config = {
@@ -233,10 +240,14 @@ async function startGateway(
     logging: { level: "info" }, // the production default, not the tests' debug
   };
   // One directory per profile: every thread (tsx's loader runs in a worker) writes its own file.
-  const nodeArgs = world.profileDir && setup.profileName ? ["--cpu-prof", `--cpu-prof-dir=${path.join(world.profileDir, setup.profileName)}`] : [];
+  const nodeArgs =
+    world.profileDir && setup.profileName ? ["--cpu-prof", `--cpu-prof-dir=${path.join(world.profileDir, setup.profileName)}`] : [];
   if (setup.slowSyncMs) nodeArgs.push("--import", `${SLOW_DISK}?syncMs=${setup.slowSyncMs}`);
   const startedAtMs = performance.now();
-  const daemon = DaemonProcess.start(dir, config, { nodeArgs, ...(setup.launch ? { node: setup.launch.node, bin: setup.launch.bin } : {}) });
+  const daemon = DaemonProcess.start(dir, config, {
+    nodeArgs,
+    ...(setup.launch ? { node: setup.launch.node, bin: setup.launch.bin } : {}),
+  });
   try {
     await daemon.ready(
       setup.actuators.map((a) => a.id),
@@ -279,8 +290,12 @@ async function timeEach(n: number, once: () => Promise<unknown>): Promise<number
 
 async function floorMqtt(world: World, n: number): Promise<number[]> {
   const id = randomUUID().slice(0, 8);
-  const responder = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-echo-${id}`, reconnectPeriod: 0 }));
-  const requester = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-req-${id}`, reconnectPeriod: 0 }));
+  const responder = tcpNoDelay(
+    await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-echo-${id}`, reconnectPeriod: 0 }),
+  );
+  const requester = tcpNoDelay(
+    await mqtt.connectAsync({ ...brokerAddress(world.broker.url), protocolVersion: 5, clientId: `bench-req-${id}`, reconnectPeriod: 0 }),
+  );
   const requestTopic = `bench/${id}/echo`;
   const replyTopic = `bench/${id}/reply`;
   responder.on("message", (_topic, payload, packet) => {
@@ -297,7 +312,10 @@ async function floorMqtt(world: World, n: number): Promise<number[]> {
   const once = () =>
     new Promise<void>((resolve) => {
       waiting = resolve;
-      requester.publish(requestTopic, body, { qos: 1, properties: { responseTopic: replyTopic, correlationData: Buffer.from(randomUUID()) } });
+      requester.publish(requestTopic, body, {
+        qos: 1,
+        properties: { responseTopic: replyTopic, correlationData: Buffer.from(randomUUID()) },
+      });
     });
   const out = await timeEach(n, once);
   await Promise.all([responder.endAsync(true), requester.endAsync(true)]);
@@ -313,7 +331,15 @@ function floorJournal(world: World, n: number): number[] {
   const next = (i: number) =>
     i % 2 === 0
       ? { actuator: "valve-1", record: { type: "intent" as const, holder: "bench-ctl", token: 1, seq, set: { position: seq % 100 } } }
-      : { actuator: "valve-1", record: { type: "outcome" as const, token: 1, seq: seq++, outcome: { kind: "applied" as const, applied: { position: (seq - 1) % 100 } } } };
+      : {
+          actuator: "valve-1",
+          record: {
+            type: "outcome" as const,
+            token: 1,
+            seq: seq++,
+            outcome: { kind: "applied" as const, applied: { position: (seq - 1) % 100 } },
+          },
+        };
   for (let i = 0; i < 100; i++) journal.commit([next(i)]);
   const out: number[] = [];
   for (let i = 100; i < 100 + n; i++) {
@@ -336,7 +362,8 @@ async function floorModbus(pty: PtyPair, n: number): Promise<number[]> {
   // Above whatever the daemon granted before: the device's own fence, read as the daemon reads it.
   const token = decodeFence((await client.readHoldingRegisters(FENCED.FENCE_START, FENCED.FENCE_COUNT)).data).token + 1;
   let seq = 0;
-  const once = () => client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token, seq: seq++, setpoints: { position: seq % 100 } }));
+  const once = () =>
+    client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token, seq: seq++, setpoints: { position: seq % 100 } }));
   const out = await timeEach(n, once);
   await new Promise<void>((r) => client.close(() => r()));
   return out;
@@ -354,7 +381,10 @@ async function floorBusLine(pty: PtyPair, sim: SimulatorHandle, units: readonly 
   const once = async (unit: number) => {
     const f = fences.get(unit)!;
     client.setID(unit);
-    await client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token: f.token, seq: f.seq++, setpoints: { position: f.seq % 100 } }));
+    await client.writeRegisters(
+      FENCED.COMMAND_START,
+      encodeCommandBlock({ token: f.token, seq: f.seq++, setpoints: { position: f.seq % 100 } }),
+    );
   };
   for (const u of units) await once(u);
   let n = 0;
@@ -389,7 +419,14 @@ export interface LatencyResult {
   readonly slowSyncMs: number;
   readonly repeats: readonly LatencyRepeat[];
   readonly pollIntervalMs: number;
-  readonly floors: { readonly mqttP50: Spread; readonly mqttP99: Spread; readonly journalP50: Spread; readonly journalP99: Spread; readonly modbusP50: Spread; readonly modbusP99: Spread };
+  readonly floors: {
+    readonly mqttP50: Spread;
+    readonly mqttP99: Spread;
+    readonly journalP50: Spread;
+    readonly journalP99: Spread;
+    readonly modbusP50: Spread;
+    readonly modbusP99: Spread;
+  };
   readonly p50: Spread;
   readonly p99: Spread;
   readonly p999: Spread;
@@ -418,7 +455,11 @@ async function latency(world: World, o: BenchOptions, slowSyncMs = 0): Promise<L
   const repeats: LatencyRepeat[] = [];
   const all: number[] = [];
   for (let r = 0; r < o.repeats; r++) {
-    const floors = { mqtt: dist(await floorMqtt(world, o.floorSamples)), journal: dist(floorJournal(world, o.floorSamples)), modbus: dist(await floorModbus(pty, o.floorSamples)) };
+    const floors = {
+      mqtt: dist(await floorMqtt(world, o.floorSamples)),
+      journal: dist(floorJournal(world, o.floorSamples)),
+      modbus: dist(await floorModbus(pty, o.floorSamples)),
+    };
     const gw = await startGateway(world, {
       buses: { line: { type: "rtu", path: pty.master, baudRate: 115200, timeoutMs: 1000 } },
       actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: LATENCY_POLL_MS })],
@@ -575,7 +616,10 @@ async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: numbe
     latency: dist(samples),
     daemonCpuPercent: (cpu / elapsedMs) * 100,
     daemonCpuMsPerCommand: cpu / Math.max(1, commands),
-    daemonSyscallsPerCommand: { reads: (sys1.reads - sys0.reads) / Math.max(1, commands), writes: (sys1.writes - sys0.writes) / Math.max(1, commands) },
+    daemonSyscallsPerCommand: {
+      reads: (sys1.reads - sys0.reads) / Math.max(1, commands),
+      writes: (sys1.writes - sys0.writes) / Math.max(1, commands),
+    },
     benchCpuPercent: ((self.user + self.system) / 1000 / elapsedMs) * 100,
     machineBusyPercent: ((machine1.busy - machine0.busy) / jiffies) * 100,
     machineStealPercent: ((machine1.steal - machine0.steal) / jiffies) * 100,
@@ -584,7 +628,11 @@ async function closedLoop(gw: Gateway, leases: readonly Lease[], windowMs: numbe
   };
 }
 
-async function acquireAll(world: World, tag: string, actuators: readonly string[]): Promise<{ clients: FencegateClient[]; leases: Lease[] }> {
+async function acquireAll(
+  world: World,
+  tag: string,
+  actuators: readonly string[],
+): Promise<{ clients: FencegateClient[]; leases: Lease[] }> {
   const clients = await Promise.all(actuators.map((a) => connectClient(world, `bench-${tag}-${a}`)));
   const leases = await Promise.all(clients.map((c, i) => c.acquire(actuators[i]!, { ttlMs: 30_000 })));
   return { clients, leases };
@@ -597,7 +645,8 @@ async function releaseAll(clients: readonly FencegateClient[], leases: readonly 
 
 async function tcpSims(world: World, n: number): Promise<SimulatorHandle[]> {
   const sims: SimulatorHandle[] = [];
-  for (let i = 0; i < n; i++) sims.push(world.teardown.add(await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, rate: 0 }), (s) => s.close()));
+  for (let i = 0; i < n; i++)
+    sims.push(world.teardown.add(await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, rate: 0 }), (s) => s.close()));
   return sims;
 }
 
@@ -639,8 +688,16 @@ async function scale(world: World, o: BenchOptions, slowSyncMs = 0): Promise<Sca
     const runs: LoadResult[] = [];
     for (let r = 0; r < repeats; r++) {
       const profileName = slowSyncMs ? "scale-16-slow-disk" : "scale-16";
-      const gw = await startGateway(world, { ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS), slowSyncMs, ...(r === 0 && n === 16 ? { profileName } : {}) });
-      const { clients, leases } = await acquireAll(world, `scale${n}-${r}`, sims.slice(0, n).map((_, i) => `valve-${i}`));
+      const gw = await startGateway(world, {
+        ...tcpSetup(sims.slice(0, n), LATENCY_POLL_MS),
+        slowSyncMs,
+        ...(r === 0 && n === 16 ? { profileName } : {}),
+      });
+      const { clients, leases } = await acquireAll(
+        world,
+        `scale${n}-${r}`,
+        sims.slice(0, n).map((_, i) => `valve-${i}`),
+      );
       const run = await closedLoop(gw, leases, o.windowMs, 500);
       runs.push(run);
       if (r === 0 && n === 16) world.measured.set(profileName, run.window);
@@ -725,10 +782,16 @@ const BUS_POLL_SHARE = 0.5;
 async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const units = Array.from({ length: BUS_UNITS }, (_, i) => i + 1);
   const pty = world.teardown.add(await createPtyPair({ dir: fs.mkdtempSync(path.join(world.dir, "pty-")) }), (p) => p.close());
-  const sim = world.teardown.add(await startSimulator({ serial: { path: pty.device, baud: BUS_BAUD }, units, lineRate: true, rate: 0 }), (s) => s.close());
+  const sim = world.teardown.add(
+    await startSimulator({ serial: { path: pty.device, baud: BUS_BAUD }, units, lineRate: true, rate: 0 }),
+    (s) => s.close(),
+  );
   const fc16Ms = transactionLimitMs(9 + 2 * FENCED.COMMAND_COUNT, 8, BUS_BAUD);
   const fc06Ms = transactionLimitMs(8, 8, BUS_BAUD);
-  const readRegs = Math.max(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) - Math.min(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) + 1;
+  const readRegs =
+    Math.max(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) -
+    Math.min(FENCED.TARGET_POSITION, FENCED.ACTUAL_POSITION, FENCED.STATUS) +
+    1;
   const fc03Ms = transactionLimitMs(8, 5 + 2 * readRegs, BUS_BAUD);
   const limit = 1000 / fc16Ms;
   // A fenced poll is a keep-alive and a read; each unit polls again an interval after its last
@@ -742,7 +805,10 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
   const counted = () => ({ requests: sim.counters.requests, units: units.map((u) => sim.device(u)) });
   /** Commands, keep-alives and reads the line carried between two counts. */
   const carried = (before: ReturnType<typeof counted>, after: ReturnType<typeof counted>) => {
-    const fc16 = after.units.reduce((a, d, i) => a + d.appliedCount - before.units[i]!.appliedCount + d.refusalCount - before.units[i]!.refusalCount, 0);
+    const fc16 = after.units.reduce(
+      (a, d, i) => a + d.appliedCount - before.units[i]!.appliedCount + d.refusalCount - before.units[i]!.refusalCount,
+      0,
+    );
     const keepAlives = after.units.reduce((a, d, i) => a + d.keepAlives - before.units[i]!.keepAlives, 0);
     return { fc16, keepAlives, reads: Math.max(0, after.requests - before.requests - fc16 - keepAlives) };
   };
@@ -753,11 +819,25 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
       actuators: units.map((u) => valve(`unit-${u}`, "rs485", u, "fenced", { pollIntervalMs })),
       ...(profileName ? { profileName } : {}),
     });
-  const runs: { perSecond: number; occupancy: number; other: number; p99: number; direct: number; alone: Dist; withPolls: Dist; pollShareAlone: number; pollShare: number }[] = [];
+  const runs: {
+    perSecond: number;
+    occupancy: number;
+    other: number;
+    p99: number;
+    direct: number;
+    alone: Dist;
+    withPolls: Dist;
+    pollShareAlone: number;
+    pollShare: number;
+  }[] = [];
   for (let r = 0; r < repeats; r++) {
     const direct = await floorBusLine(pty, sim, units, Math.min(3000, o.windowMs));
     const gw = await gatewayOnLine(BUS_POLL_MS, r === 0 ? "bus" : undefined);
-    const { clients, leases } = await acquireAll(world, `bus-${r}`, units.map((u) => `unit-${u}`));
+    const { clients, leases } = await acquireAll(
+      world,
+      `bus-${r}`,
+      units.map((u) => `unit-${u}`),
+    );
     const before = counted();
     const load = await closedLoop(gw, leases, o.windowMs, 500);
     if (r === 0) world.measured.set("bus", load.window);
@@ -784,7 +864,17 @@ async function sharedBus(world: World, o: BenchOptions): Promise<BusResult> {
     await releaseAll(beside.clients, beside.leases);
     await polled.stop();
 
-    runs.push({ perSecond: load.perSecond, occupancy, other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16), p99: load.latency.p99, direct, alone, withPolls, pollShareAlone, pollShare });
+    runs.push({
+      perSecond: load.perSecond,
+      occupancy,
+      other: (load.perSecond * (keepAlives + reads)) / Math.max(1, fc16),
+      p99: load.latency.p99,
+      direct,
+      alone,
+      withPolls,
+      pollShareAlone,
+      pollShare,
+    });
     world.log(
       `  bus repeat ${r + 1}/${repeats}: ${load.perSecond.toFixed(1)} commands/s = ${((load.perSecond / limit) * 100).toFixed(1)} % of ${limit.toFixed(1)}/s; line occupancy ${(occupancy * 100).toFixed(1)} %; direct master ${direct.toFixed(1)}/s`,
     );
@@ -859,7 +949,13 @@ async function contention(world: World, o: BenchOptions): Promise<ContentionResu
     });
     const clients = await Promise.all(Array.from({ length: CONTENDERS }, (_, i) => connectClient(world, `bench-fight-${r}-${i}`)));
     const before = sim.device(1);
-    const tally = { grants: 0, acquireRefusals: {} as Record<string, number>, commandRefusals: {} as Record<string, number>, stoppedByClient: 0, applied: 0 };
+    const tally = {
+      grants: 0,
+      acquireRefusals: {} as Record<string, number>,
+      commandRefusals: {} as Record<string, number>,
+      stoppedByClient: 0,
+      applied: 0,
+    };
     let stop = false;
     const t0 = performance.now();
     const fighters = clients.map(async (client, k) => {
@@ -906,7 +1002,9 @@ async function contention(world: World, o: BenchOptions): Promise<ContentionResu
     };
     runs.push(run);
     const refusals = Object.values(tally.commandRefusals).reduce((a, b) => a + b, 0);
-    world.log(`  contention repeat ${r + 1}/${repeats}: ${tally.grants} grants, ${refusals} command refusals, ${run.appliedPerSecond.toFixed(0)} applied/s; device applied ${device.applied} refused ${device.refused}`);
+    world.log(
+      `  contention repeat ${r + 1}/${repeats}: ${tally.grants} grants, ${refusals} command refusals, ${run.appliedPerSecond.toFixed(0)} applied/s; device applied ${device.applied} refused ${device.refused}`,
+    );
   }
   const secs = o.windowMs / 1000;
   return {
@@ -941,11 +1039,21 @@ export interface FootprintResult {
   readonly runs: readonly FootprintRun[];
 }
 
-async function startupOnce(world: World, sim: SimulatorHandle, r: number, launch: Launch | undefined): Promise<{ firstCommandMs: number; mqttMs: number }> {
+async function startupOnce(
+  world: World,
+  sim: SimulatorHandle,
+  r: number,
+  launch: Launch | undefined,
+): Promise<{ firstCommandMs: number; mqttMs: number }> {
   const client = await connectClient(world, `bench-start-${r}-${randomUUID().slice(0, 4)}`);
   const dir = fs.mkdtempSync(path.join(world.dir, "start-"));
   const config = {
-    ...gatewayConfig({ brokerUrl: world.broker.url, journalPath: path.join(dir, "journal.db"), ...tcpSetup([sim], LATENCY_POLL_MS), metricsPort: await freePort() }),
+    ...gatewayConfig({
+      brokerUrl: world.broker.url,
+      journalPath: path.join(dir, "journal.db"),
+      ...tcpSetup([sim], LATENCY_POLL_MS),
+      metricsPort: await freePort(),
+    }),
     logging: { level: "info" },
   };
   const wallStart = Date.now();
@@ -960,7 +1068,10 @@ async function startupOnce(world: World, sim: SimulatorHandle, r: number, launch
     } catch {
       await sleep(2);
     }
-    if (performance.now() - t0 > 30_000) throw new Error(`the daemon did not grant a lease within 30 s; stderr: ${daemon.stderr}; last lines: ${JSON.stringify(daemon.logs.slice(-5))}`);
+    if (performance.now() - t0 > 30_000)
+      throw new Error(
+        `the daemon did not grant a lease within 30 s; stderr: ${daemon.stderr}; last lines: ${JSON.stringify(daemon.logs.slice(-5))}`,
+      );
   }
   await client.request("valve-0", "command", { holder: client.holder, token, seq: 0, set: { position: 10 } });
   const firstCommandMs = performance.now() - t0;
@@ -971,7 +1082,13 @@ async function startupOnce(world: World, sim: SimulatorHandle, r: number, launch
   return { firstCommandMs, mqttMs: Number(connected["time"]) - wallStart };
 }
 
-async function footprintOf(world: World, o: BenchOptions, sims: readonly SimulatorHandle[], runtime: "dist" | "tsx", launch?: Launch): Promise<FootprintRun> {
+async function footprintOf(
+  world: World,
+  o: BenchOptions,
+  sims: readonly SimulatorHandle[],
+  runtime: "dist" | "tsx",
+  launch?: Launch,
+): Promise<FootprintRun> {
   // Both ways on purpose, whatever the sources' mtimes say meanwhile (others edit them).
   process.env["FENCEGATE_RUNTIME"] = runtime;
   const node = launch?.label ?? process.version;
@@ -992,12 +1109,18 @@ async function footprintOf(world: World, o: BenchOptions, sims: readonly Simulat
       const gw = await startGateway(world, { ...tcpSetup(sims, LATENCY_POLL_MS), ...(launch ? { launch } : {}) });
       await sleep(3000);
       idle64.push(rssMb(gw.pid));
-      const { clients, leases } = await acquireAll(world, `foot-${runtime}-${r}`, sims.map((_, i) => `valve-${i}`));
+      const { clients, leases } = await acquireAll(
+        world,
+        `foot-${runtime}-${r}`,
+        sims.map((_, i) => `valve-${i}`),
+      );
       const load = await closedLoop(gw, leases, o.windowMs, 500);
       load64.push(load.rssMaxMb);
       await releaseAll(clients, leases);
       await gw.stop();
-      world.log(`  ${label}: footprint repeat ${r + 1}/${repeats}: idle ${idle.at(-1)!.toFixed(1)} MB, 64 idle ${idle64.at(-1)!.toFixed(1)} MB, 64 under load ${load64.at(-1)!.toFixed(1)} MB`);
+      world.log(
+        `  ${label}: footprint repeat ${r + 1}/${repeats}: idle ${idle.at(-1)!.toFixed(1)} MB, 64 idle ${idle64.at(-1)!.toFixed(1)} MB, 64 under load ${load64.at(-1)!.toFixed(1)} MB`,
+      );
     }
     return {
       node,
@@ -1026,18 +1149,22 @@ function installFor(node: string, log: (line: string) => void): Launch {
   const root = path.join(repo, "tmp", `bench-node-abi${abi}`);
   const ready = path.join(root, "node_modules", ".fencegate-bench-ready");
   if (!fs.existsSync(ready)) {
-    log(`  node ${version} (ABI ${abi}): copying node_modules to ${path.relative(repo, root)} and rebuilding better-sqlite3 for it (once; a minute or two)`);
+    log(
+      `  node ${version} (ABI ${abi}): copying node_modules to ${path.relative(repo, root)} and rebuilding better-sqlite3 for it (once; a minute or two)`,
+    );
     fs.rmSync(root, { recursive: true, force: true });
     fs.mkdirSync(root, { recursive: true });
     fs.cpSync(path.join(repo, "node_modules"), path.join(root, "node_modules"), { recursive: true, verbatimSymlinks: true });
     fs.writeFileSync(path.join(root, "package.json"), JSON.stringify({ name: "fencegate-bench-node", private: true }));
     // npm's own CLI run by that Node, against that Node's headers (as .ci/run does for the suite).
-    const npmCli = process.env["npm_execpath"] ?? fs.realpathSync(spawnSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).stdout.trim());
+    const npmCli =
+      process.env["npm_execpath"] ?? fs.realpathSync(spawnSync("sh", ["-c", "command -v npm"], { encoding: "utf8" }).stdout.trim());
     const nodeDir = path.dirname(path.dirname(node));
     const env = { ...process.env, npm_config_nodedir: nodeDir, PATH: `${path.dirname(node)}:${process.env["PATH"] ?? ""}` };
     const rebuilt = spawnSync(node, [npmCli, "rebuild", "better-sqlite3"], { cwd: root, env, encoding: "utf8" });
     const loads = spawnSync(node, ["-e", "new (require('better-sqlite3'))(':memory:').close()"], { cwd: root, encoding: "utf8" });
-    if (rebuilt.status !== 0 || loads.status !== 0) throw new Error(`--node ${node}: better-sqlite3 could not be rebuilt for it:\n${rebuilt.stdout}${rebuilt.stderr}${loads.stderr}`);
+    if (rebuilt.status !== 0 || loads.status !== 0)
+      throw new Error(`--node ${node}: better-sqlite3 could not be rebuilt for it:\n${rebuilt.stdout}${rebuilt.stderr}${loads.stderr}`);
     fs.writeFileSync(ready, `${version}\n`);
   }
   // What the daemon reads at run time beside node_modules (the status page's files from the sources' tree).
@@ -1126,7 +1253,12 @@ function areaOf(url: string, fn: string): string {
 }
 
 export function summariseProfile(file: string, window?: MeasuredWindow): ProfileSummary {
-  const profile = JSON.parse(fs.readFileSync(file, "utf8")) as { nodes: CpuNode[]; startTime: number; samples: number[]; timeDeltas: number[] };
+  const profile = JSON.parse(fs.readFileSync(file, "utf8")) as {
+    nodes: CpuNode[];
+    startTime: number;
+    samples: number[];
+    timeDeltas: number[];
+  };
   const msById = new Map<number, number>();
   let atUs = profile.startTime;
   profile.samples.forEach((id, i) => {
@@ -1212,11 +1344,23 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
   const measured = new Map<string, MeasuredWindow>();
   const result: BenchResult = {
     at: new Date().toISOString(),
-    machine: { cpus: os.cpus().length, cpuModel: os.cpus()[0]?.model ?? "?", node: process.version, loadavgBefore: os.loadavg(), loadavgAfter: [], totalMemMb: Math.round(os.totalmem() / 2 ** 20) },
+    machine: {
+      cpus: os.cpus().length,
+      cpuModel: os.cpus()[0]?.model ?? "?",
+      node: process.version,
+      loadavgBefore: os.loadavg(),
+      loadavgAfter: [],
+      totalMemMb: Math.round(os.totalmem() / 2 ** 20),
+    },
     options: o,
     targets: [],
   };
-  print(`fencegate bench — ${result.machine.cpus} × ${result.machine.cpuModel}, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+  print(
+    `fencegate bench — ${result.machine.cpus} × ${result.machine.cpuModel}, node ${process.version}, load ${os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")}`,
+  );
   print(`workloads: ${o.only.join(", ")}; ${o.repeats} repeats${o.quick ? " (quick)" : ""}; files in ${path.relative(repo, dir)}`);
   if (o.build && !distIsFresh()) {
     // A production install runs the compiled build: measure that.
@@ -1256,7 +1400,10 @@ export async function runBench(o: BenchOptions): Promise<BenchResult> {
     // Per profiled daemon, the busiest thread's profile (the main thread, not the loader's worker).
     result.profiles = fs.readdirSync(profileDir).flatMap((name) => {
       const sub = path.join(profileDir, name);
-      const files = fs.readdirSync(sub).filter((f) => f.endsWith(".cpuprofile")).map((f) => summariseProfile(path.join(sub, f), measured.get(name)));
+      const files = fs
+        .readdirSync(sub)
+        .filter((f) => f.endsWith(".cpuprofile"))
+        .map((f) => summariseProfile(path.join(sub, f), measured.get(name)));
       return files.sort((a, b) => b.totalMs - a.totalMs).slice(0, 1);
     });
   }
@@ -1279,25 +1426,67 @@ function judge(r: BenchResult): void {
   const L = r.latency;
   if (L) {
     const mqttModbus = (a: Spread, b: Spread) => `MQTT ${ms(a.median)} + Modbus ${ms(b.median)}`;
-    t.push({ name: "command p50 / its floors' p50 sum", value: `${ms(L.p50.median)} = ×${L.ratioP50.median.toFixed(2)}`, floor: mqttModbus(L.floors.mqttP50, L.floors.modbusP50), target: "≤ ×1.3", met: L.ratioP50.median <= 1.3 });
-    t.push({ name: "command p99 / its floors' p99 sum", value: `${ms(L.p99.median)} = ×${L.ratioP99.median.toFixed(2)}`, floor: mqttModbus(L.floors.mqttP99, L.floors.modbusP99), target: "≤ ×3", met: L.ratioP99.median <= 3 });
+    t.push({
+      name: "command p50 / its floors' p50 sum",
+      value: `${ms(L.p50.median)} = ×${L.ratioP50.median.toFixed(2)}`,
+      floor: mqttModbus(L.floors.mqttP50, L.floors.modbusP50),
+      target: "≤ ×1.3",
+      met: L.ratioP50.median <= 1.3,
+    });
+    t.push({
+      name: "command p99 / its floors' p99 sum",
+      value: `${ms(L.p99.median)} = ×${L.ratioP99.median.toFixed(2)}`,
+      floor: mqttModbus(L.floors.mqttP99, L.floors.modbusP99),
+      target: "≤ ×3",
+      met: L.ratioP99.median <= 3,
+    });
     for (const S of r.latencySlowDisk ?? []) {
       const ratio = S.p50.median / L.p50.median;
-      t.push({ name: `command p50, fdatasync +${S.slowSyncMs} ms / undelayed`, value: `${ms(S.p50.median)} = ×${ratio.toFixed(2)}`, floor: `undelayed p50 ${ms(L.p50.median)}`, target: "≤ ×1.1", met: ratio <= 1.1 });
-      t.push({ name: `acquire p50, fdatasync +${S.slowSyncMs} ms`, value: ms(S.acquireP50.median), floor: `the delay; undelayed acquire p50 ${ms(L.acquireP50.median)}`, target: `≥ ${S.slowSyncMs} ms`, met: S.acquireP50.median >= S.slowSyncMs });
+      t.push({
+        name: `command p50, fdatasync +${S.slowSyncMs} ms / undelayed`,
+        value: `${ms(S.p50.median)} = ×${ratio.toFixed(2)}`,
+        floor: `undelayed p50 ${ms(L.p50.median)}`,
+        target: "≤ ×1.1",
+        met: ratio <= 1.1,
+      });
+      t.push({
+        name: `acquire p50, fdatasync +${S.slowSyncMs} ms`,
+        value: ms(S.acquireP50.median),
+        floor: `the delay; undelayed acquire p50 ${ms(L.acquireP50.median)}`,
+        target: `≥ ${S.slowSyncMs} ms`,
+        met: S.acquireP50.median >= S.slowSyncMs,
+      });
     }
   }
   if (r.bus) {
-    t.push({ name: "shared bus commands / line limit", value: pct(r.bus.fractionOfLimit.median), floor: `${r.bus.commandLimitPerSecond.toFixed(1)}/s`, target: "≥ 90 %", met: r.bus.fractionOfLimit.median >= 0.9 });
+    t.push({
+      name: "shared bus commands / line limit",
+      value: pct(r.bus.fractionOfLimit.median),
+      floor: `${r.bus.commandLimitPerSecond.toFixed(1)}/s`,
+      target: "≥ 90 %",
+      met: r.bus.fractionOfLimit.median >= 0.9,
+    });
     const P = r.bus.besidePolls;
     const bound = P.alone.p99.median + P.transactionMs;
-    t.push({ name: "shared bus command p99 beside half-line polls", value: `${P.withPolls.p99.median.toFixed(2)} ms`, floor: `alone p99 ${P.alone.p99.median.toFixed(2)} ms + ${P.transactionMs.toFixed(2)} ms`, target: `≤ ${bound.toFixed(2)} ms = floor p99 + 1 transaction`, met: P.withPolls.p99.median <= bound });
+    t.push({
+      name: "shared bus command p99 beside half-line polls",
+      value: `${P.withPolls.p99.median.toFixed(2)} ms`,
+      floor: `alone p99 ${P.alone.p99.median.toFixed(2)} ms + ${P.transactionMs.toFixed(2)} ms`,
+      target: `≤ ${bound.toFixed(2)} ms = floor p99 + 1 transaction`,
+      met: P.withPolls.p99.median <= bound,
+    });
   }
   const scaleTargets = (points: readonly ScalePoint[] | undefined, disk: string) => {
     const base = points?.[0];
     for (const p of (points ?? []).filter((p) => p.actuators > 1 && p.actuators <= 16)) {
       const floor = `${p.actuators} × ${base!.perSecond.median.toFixed(0)}/s at ${base!.actuators}`;
-      t.push({ name: `scale-out ${p.actuators} actuators vs linear, ${disk}`, value: `${p.perSecond.median.toFixed(0)}/s = ×${p.growthVsLinear.toFixed(2)}`, floor, target: "≥ ×0.7", met: p.growthVsLinear >= 0.7 });
+      t.push({
+        name: `scale-out ${p.actuators} actuators vs linear, ${disk}`,
+        value: `${p.perSecond.median.toFixed(0)}/s = ×${p.growthVsLinear.toFixed(2)}`,
+        floor,
+        target: "≥ ×0.7",
+        met: p.growthVsLinear >= 0.7,
+      });
     }
   };
   scaleTargets(r.scale, "this disk");
@@ -1305,7 +1494,13 @@ function judge(r: BenchResult): void {
   const busy16 = r.scale?.find((p) => p.actuators === 16);
   if (busy16) {
     const cpu = busy16.daemonCpuMsPerCommand.median;
-    t.push({ name: "gateway CPU per command, 16 busy actuators", value: ms(cpu), floor: `daemon ${busy16.daemonCpuPercent.median.toFixed(0)} % of a core`, target: "≤ 0.150 ms", met: cpu <= 0.15 });
+    t.push({
+      name: "gateway CPU per command, 16 busy actuators",
+      value: ms(cpu),
+      floor: `daemon ${busy16.daemonCpuPercent.median.toFixed(0)} % of a core`,
+      target: "≤ 0.150 ms",
+      met: cpu <= 0.15,
+    });
   }
   if (r.contention) {
     const free = r.contention.repeats.every((x) => x.refusalsFree);
@@ -1315,70 +1510,120 @@ function judge(r: BenchResult): void {
     // The default runtime on this Node, and the build on every other Node; tsx here is for comparison.
     for (const f of r.footprint.runs.filter((f, i) => i === 0 || f.node !== r.machine.node)) {
       const rt = `(${f.runtime}, node ${f.node})`;
-      t.push({ name: `idle RSS, 1 actuator ${rt}`, value: `${f.idleRssMb.median.toFixed(1)} MB`, floor: "", target: "≤ 80 MB", met: f.idleRssMb.median <= 80 });
-      t.push({ name: `RSS, 64 actuators under load ${rt}`, value: `${f.loadRss64Mb.median.toFixed(1)} MB`, floor: "", target: "≤ 120 MB", met: f.loadRss64Mb.median <= 120 });
-      t.push({ name: `startup to first applied command ${rt}`, value: `${f.startupMs.median.toFixed(0)} ms`, floor: "", target: "≤ 1500 ms", met: f.startupMs.median <= 1500 });
+      t.push({
+        name: `idle RSS, 1 actuator ${rt}`,
+        value: `${f.idleRssMb.median.toFixed(1)} MB`,
+        floor: "",
+        target: "≤ 80 MB",
+        met: f.idleRssMb.median <= 80,
+      });
+      t.push({
+        name: `RSS, 64 actuators under load ${rt}`,
+        value: `${f.loadRss64Mb.median.toFixed(1)} MB`,
+        floor: "",
+        target: "≤ 120 MB",
+        met: f.loadRss64Mb.median <= 120,
+      });
+      t.push({
+        name: `startup to first applied command ${rt}`,
+        value: `${f.startupMs.median.toFixed(0)} ms`,
+        floor: "",
+        target: "≤ 1500 ms",
+        met: f.startupMs.median <= 1500,
+      });
     }
   }
 }
 
 function report(r: BenchResult): void {
   const ms = (x: number) => x.toFixed(3).padStart(8);
-  const sp = (s: Spread, d = 3) => `${s.median.toFixed(d)} [${s.min.toFixed(d)}–${s.max.toFixed(d)}, spread ${(s.spread * 100).toFixed(0)} %]`;
+  const sp = (s: Spread, d = 3) =>
+    `${s.median.toFixed(d)} [${s.min.toFixed(d)}–${s.max.toFixed(d)}, spread ${(s.spread * 100).toFixed(0)} %]`;
   console.log(`\n=== results (median of repeats [min–max, (max-min)/median]) ===`);
   console.log(`daemon runtime: ${r.runtime ?? "?"}`);
-  console.log(`machine: ${r.machine.cpus} cores (${r.machine.cpuModel}), node ${r.machine.node}, load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}`);
+  console.log(
+    `machine: ${r.machine.cpus} cores (${r.machine.cpuModel}), node ${r.machine.node}, load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}`,
+  );
   const latencyTable = (L: LatencyResult) => {
     const disk = L.slowSyncMs ? `, every journal fdatasync +${L.slowSyncMs} ms (an SD card, emulated)` : ", this disk";
     console.log(`\nfloors (ms) beside the latency run${disk}: p50 (median of repeats), p99`);
     console.log(`  (1) MQTT req/resp, bare echo    ${sp(L.floors.mqttP50)}   ${sp(L.floors.mqttP99)}`);
-    console.log(`  (2) journal commit, 1 record    ${sp(L.floors.journalP50)}   ${sp(L.floors.journalP99)}   (an acquire's floor, not a command's)`);
+    console.log(
+      `  (2) journal commit, 1 record    ${sp(L.floors.journalP50)}   ${sp(L.floors.journalP99)}   (an acquire's floor, not a command's)`,
+    );
     console.log(`  (3) Modbus FC16 7 regs, pty     ${sp(L.floors.modbusP50)}   ${sp(L.floors.modbusP99)}`);
-    console.log(`  command floor (1) + (3)         ${ms(L.floors.mqttP50.median + L.floors.modbusP50.median)}   ${ms(L.floors.mqttP99.median + L.floors.modbusP99.median)}`);
+    console.log(
+      `  command floor (1) + (3)         ${ms(L.floors.mqttP50.median + L.floors.modbusP50.median)}   ${ms(L.floors.mqttP99.median + L.floors.modbusP99.median)}`,
+    );
     console.log(`  acquire floor (1) + (2) + delay ${ms(L.floors.mqttP50.median + L.floors.journalP50.median + L.slowSyncMs)}`);
-    console.log(`latency${disk}: 1 controller, 1 actuator on a pty, sequential, ${r.options.latencyCommands} commands × ${L.repeats.length} repeats, poll every ${L.pollIntervalMs} ms`);
+    console.log(
+      `latency${disk}: 1 controller, 1 actuator on a pty, sequential, ${r.options.latencyCommands} commands × ${L.repeats.length} repeats, poll every ${L.pollIntervalMs} ms`,
+    );
     console.log(`  command p50      ${sp(L.p50)} ms   ratio to its floors' p50 sum ×${sp(L.ratioP50, 2)}`);
     console.log(`  command p99      ${sp(L.p99)} ms   ratio to its floors' p99 sum ×${sp(L.ratioP99, 2)}`);
     console.log(`  command p99.9    ${sp(L.p999)} ms`);
-    console.log(`  pooled (n=${L.pooled.n}): p50 ${L.pooled.p50.toFixed(3)}, p99 ${L.pooled.p99.toFixed(3)}, p99.9 ${L.pooled.p999.toFixed(3)}, max ${L.pooled.max.toFixed(3)} ms`);
-    console.log(`  acquire p50      ${sp(L.acquireP50)} ms   ratio to its floor ×${sp(L.acquireRatioP50, 2)}; p99 ${sp(L.acquireP99)} ms (n=${L.repeats[0]?.acquire.n ?? 0} per repeat)`);
+    console.log(
+      `  pooled (n=${L.pooled.n}): p50 ${L.pooled.p50.toFixed(3)}, p99 ${L.pooled.p99.toFixed(3)}, p99.9 ${L.pooled.p999.toFixed(3)}, max ${L.pooled.max.toFixed(3)} ms`,
+    );
+    console.log(
+      `  acquire p50      ${sp(L.acquireP50)} ms   ratio to its floor ×${sp(L.acquireRatioP50, 2)}; p99 ${sp(L.acquireP99)} ms (n=${L.repeats[0]?.acquire.n ?? 0} per repeat)`,
+    );
     console.log(`  daemon CPU per command ${sp(L.daemonCpuMsPerCommand)} ms`);
   };
   if (r.latency) latencyTable(r.latency);
   for (const L of r.latencySlowDisk ?? []) latencyTable(L);
   const scaleTable = (points: readonly ScalePoint[], disk: string) => {
-    console.log(`\nscale-out, ${disk}: N actuators on N Modbus TCP links, one controller each, closed loop, ${r.options.windowMs} ms windows`);
-    console.log(`  ${"N".padStart(3)}  ${"commands/s".padEnd(36)} ${"vs linear".padEnd(10)} ${"p50 ms".padEnd(8)} ${"p99 ms".padEnd(36)} CPU %: daemon bench machine  daemon CPU ms/command  RSS max MB`);
+    console.log(
+      `\nscale-out, ${disk}: N actuators on N Modbus TCP links, one controller each, closed loop, ${r.options.windowMs} ms windows`,
+    );
+    console.log(
+      `  ${"N".padStart(3)}  ${"commands/s".padEnd(36)} ${"vs linear".padEnd(10)} ${"p50 ms".padEnd(8)} ${"p99 ms".padEnd(36)} CPU %: daemon bench machine  daemon CPU ms/command  RSS max MB`,
+    );
     for (const p of points) {
       const cpu = `${p.daemonCpuPercent.median.toFixed(0).padStart(6)} ${p.benchCpuPercent.median.toFixed(0).padStart(5)} ${p.machineBusyPercent.median.toFixed(0).padStart(7)}`;
-      console.log(`  ${String(p.actuators).padStart(3)}  ${sp(p.perSecond, 0).padEnd(36)} ${`×${p.growthVsLinear.toFixed(2)}`.padEnd(10)} ${p.p50.median.toFixed(2).padEnd(8)} ${sp(p.p99, 2).padEnd(36)} ${cpu}        ${p.daemonCpuMsPerCommand.median.toFixed(3).padStart(8)}              ${p.rssMaxMb.median.toFixed(1)}`);
+      console.log(
+        `  ${String(p.actuators).padStart(3)}  ${sp(p.perSecond, 0).padEnd(36)} ${`×${p.growthVsLinear.toFixed(2)}`.padEnd(10)} ${p.p50.median.toFixed(2).padEnd(8)} ${sp(p.p99, 2).padEnd(36)} ${cpu}        ${p.daemonCpuMsPerCommand.median.toFixed(3).padStart(8)}              ${p.rssMaxMb.median.toFixed(1)}`,
+      );
     }
     console.log(`  (CPU: daemon and bench in % of one core; machine in % of all ${r.machine.cpus} cores, everyone's work included)`);
   };
   if (r.scale) scaleTable(r.scale, "this disk");
-  if (r.scaleSlowDisk) scaleTable(r.scaleSlowDisk, `every journal fdatasync +${Math.min(...r.options.slowSyncMs)} ms (an SD card, emulated)`);
+  if (r.scaleSlowDisk)
+    scaleTable(r.scaleSlowDisk, `every journal fdatasync +${Math.min(...r.options.slowSyncMs)} ms (an SD card, emulated)`);
   if (r.bus) {
     const B = r.bus;
     console.log(`\nshared bus: ${B.units} units on one pty line, line-rate emulated at ${B.baud} baud, polls every ${B.pollIntervalMs} ms`);
     console.log(`  line limit for FC16 7 regs (23 + 8 bytes, 2 × t3.5): ${B.commandLimitPerSecond.toFixed(1)} commands/s`);
     console.log(`  commands/s       ${sp(B.perSecond, 1)}`);
     console.log(`  of line limit    ${sp(B.fractionOfLimit, 3)}`);
-    console.log(`  direct master, no gateway (the ceiling here) ${sp(B.directPerSecond, 1)} commands/s = ${(B.directPerSecond.median / B.commandLimitPerSecond).toFixed(3)} of the limit; gateway / direct ${sp(B.fractionOfDirect, 3)}`);
+    console.log(
+      `  direct master, no gateway (the ceiling here) ${sp(B.directPerSecond, 1)} commands/s = ${(B.directPerSecond.median / B.commandLimitPerSecond).toFixed(3)} of the limit; gateway / direct ${sp(B.fractionOfDirect, 3)}`,
+    );
     console.log(`  line occupancy   ${sp(B.lineOccupancy, 3)} (commands + polls + keep-alives, by frame size)`);
     console.log(`  other transactions/s (polls, keep-alives) ${sp(B.otherTransactionsPerSecond, 1)}; command p99 ${sp(B.p99, 1)} ms`);
     const P = B.besidePolls;
     console.log(`  one controller, ${P.commands} sequential commands to unit 1 × ${B.perSecond.values.length} repeats:`);
     console.log(`    alone (the floor; polls every ${B.pollIntervalMs} ms)   p50 ${sp(P.alone.p50, 2)}   p99 ${sp(P.alone.p99, 2)} ms`);
-    console.log(`    beside polls every ${P.pollIntervalMs} ms            p50 ${sp(P.withPolls.p50, 2)}   p99 ${sp(P.withPolls.p99, 2)} ms`);
-    console.log(`    the polls' share of the line (by frame sizes): alone ${sp(P.pollShareAlone, 3)} (configured ${BUS_POLL_SHARE}); beside the commands ${sp(P.pollShare, 3)}`);
-    console.log(`    one transaction at ${B.baud} baud (the longest poll transaction) ${P.transactionMs.toFixed(2)} ms; p99 − (floor p99 + it) ${sp(P.p99OverTarget, 2)} ms (≤ 0 meets)`);
+    console.log(
+      `    beside polls every ${P.pollIntervalMs} ms            p50 ${sp(P.withPolls.p50, 2)}   p99 ${sp(P.withPolls.p99, 2)} ms`,
+    );
+    console.log(
+      `    the polls' share of the line (by frame sizes): alone ${sp(P.pollShareAlone, 3)} (configured ${BUS_POLL_SHARE}); beside the commands ${sp(P.pollShare, 3)}`,
+    );
+    console.log(
+      `    one transaction at ${B.baud} baud (the longest poll transaction) ${P.transactionMs.toFixed(2)} ms; p99 − (floor p99 + it) ${sp(P.p99OverTarget, 2)} ms (≤ 0 meets)`,
+    );
   }
   if (r.contention) {
     const C = r.contention;
     console.log(`\ncontention: ${C.controllers} controllers, 1 actuator, TTL ${C.ttlMs} ms, no renewals`);
     for (const [i, x] of C.repeats.entries()) {
-      console.log(`  repeat ${i + 1}: grants ${x.grants}, acquire refusals ${JSON.stringify(x.acquireRefusals)}, command refusals ${JSON.stringify(x.commandRefusals)}, stopped by client ${x.stoppedByClient}`);
-      console.log(`            applied ${x.applied} (${x.appliedPerSecond.toFixed(0)}/s); device: applied ${x.device.applied}, refused ${x.device.refused} → refusals cost no device transaction: ${x.refusalsFree ? "yes" : "NO"}`);
+      console.log(
+        `  repeat ${i + 1}: grants ${x.grants}, acquire refusals ${JSON.stringify(x.acquireRefusals)}, command refusals ${JSON.stringify(x.commandRefusals)}, stopped by client ${x.stoppedByClient}`,
+      );
+      console.log(
+        `            applied ${x.applied} (${x.appliedPerSecond.toFixed(0)}/s); device: applied ${x.device.applied}, refused ${x.device.refused} → refusals cost no device transaction: ${x.refusalsFree ? "yes" : "NO"}`,
+      );
     }
     console.log(`  applied/s ${sp(C.appliedPerSecond, 0)}; grants/s ${sp(C.grantsPerSecond, 1)}; refusals/s ${sp(C.refusalsPerSecond, 1)}`);
   }
@@ -1394,16 +1639,29 @@ function report(r: BenchResult): void {
     }
   }
   for (const p of r.profiles ?? []) {
-    const per = p.window && p.msPerCommand !== null ? ` in the measuring window (${((p.window.endUs - p.window.startUs) / 1000).toFixed(0)} ms, ${p.window.commands} commands): ${p.msPerCommand.toFixed(3)} ms per command on the main thread` : " (whole run)";
-    console.log(`\nCPU profile ${path.relative(repo, p.file)}: ${p.totalMs.toFixed(0)} ms busy${per}; GC ${(p.gcShare * 100).toFixed(1)} %`);
-    console.log(`  by area:   ${p.byArea.slice(0, 10).map((a) => `${a.area} ${(a.share * 100).toFixed(1)}%`).join(", ")}`);
+    const per =
+      p.window && p.msPerCommand !== null
+        ? ` in the measuring window (${((p.window.endUs - p.window.startUs) / 1000).toFixed(0)} ms, ${p.window.commands} commands): ${p.msPerCommand.toFixed(3)} ms per command on the main thread`
+        : " (whole run)";
+    console.log(
+      `\nCPU profile ${path.relative(repo, p.file)}: ${p.totalMs.toFixed(0)} ms busy${per}; GC ${(p.gcShare * 100).toFixed(1)} %`,
+    );
+    console.log(
+      `  by area:   ${p.byArea
+        .slice(0, 10)
+        .map((a) => `${a.area} ${(a.share * 100).toFixed(1)}%`)
+        .join(", ")}`,
+    );
     for (const f of p.topFunctions.slice(0, 20)) console.log(`    ${(f.share * 100).toFixed(1).padStart(5)} %  ${f.fn}`);
   }
-  console.log(`\ntargets (load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}):`);
+  console.log(
+    `\ntargets (load before ${r.machine.loadavgBefore.map((l) => l.toFixed(2)).join(" ")}, after ${r.machine.loadavgAfter.map((l) => l.toFixed(2)).join(" ")}):`,
+  );
   const w = (pick: (t: Target) => string, min: number) => Math.max(min, ...r.targets.map((t) => pick(t).length));
   const [wn, wv, wf, wt] = [w((t) => t.name, 6), w((t) => t.value, 8), w((t) => t.floor, 5), w((t) => t.target, 6)];
   console.log(`  ${"target".padEnd(wn)}  ${"measured".padEnd(wv)}  ${"floor".padEnd(wf)}  ${"bound".padEnd(wt)}  result`);
-  for (const t of r.targets) console.log(`  ${t.name.padEnd(wn)}  ${t.value.padEnd(wv)}  ${t.floor.padEnd(wf)}  ${t.target.padEnd(wt)}  ${t.met ? "PASS" : "MISS"}`);
+  for (const t of r.targets)
+    console.log(`  ${t.name.padEnd(wn)}  ${t.value.padEnd(wv)}  ${t.floor.padEnd(wf)}  ${t.target.padEnd(wt)}  ${t.met ? "PASS" : "MISS"}`);
 }
 
 async function main(): Promise<void> {
@@ -1420,18 +1678,31 @@ async function main(): Promise<void> {
     },
   });
   if (values.help) {
-    console.log(`usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile] [--slow-sync-ms N[,N…] (0: no slow-disk runs)] [--scale 1,4,16,64] [--node /path/to/other/node …]`);
+    console.log(
+      `usage: npm run bench -- [--only ${WORKLOADS.join(",")}] [--quick] [--repeats N] [--profile] [--slow-sync-ms N[,N…] (0: no slow-disk runs)] [--scale 1,4,16,64] [--node /path/to/other/node …]`,
+    );
     return;
   }
   const base = defaultOptions(values.quick);
   const only = values.only ? values.only.split(",").map((s) => s.trim()) : [...WORKLOADS];
-  for (const w of only) if (!(WORKLOADS as readonly string[]).includes(w)) throw new Error(`--only: unknown workload "${w}" (${WORKLOADS.join(", ")})`);
+  for (const w of only)
+    if (!(WORKLOADS as readonly string[]).includes(w)) throw new Error(`--only: unknown workload "${w}" (${WORKLOADS.join(", ")})`);
   const slowSyncMs = values["slow-sync-ms"] === undefined ? base.slowSyncMs : values["slow-sync-ms"].split(",").map(Number);
-  if (!slowSyncMs.every((ms) => Number.isFinite(ms) && ms >= 0 && ms <= 1000)) throw new Error("--slow-sync-ms: numbers of milliseconds from 0 to 1000, separated by commas");
+  if (!slowSyncMs.every((ms) => Number.isFinite(ms) && ms >= 0 && ms <= 1000))
+    throw new Error("--slow-sync-ms: numbers of milliseconds from 0 to 1000, separated by commas");
   const nodes = (values.node ?? []).map((n) => path.resolve(n));
   const scaleCounts = values.scale === undefined ? base.scaleCounts : values.scale.split(",").map(Number);
-  if (!scaleCounts.every((n) => Number.isSafeInteger(n) && n >= 1 && n <= 64)) throw new Error("--scale: actuator counts from 1 to 64, separated by commas (the first is the base of linear)");
-  await runBench({ ...base, only: only as Workload[], repeats: values.repeats ? Number(values.repeats) : base.repeats, profile: values.profile, slowSyncMs: slowSyncMs.filter((ms) => ms > 0), nodes, scaleCounts });
+  if (!scaleCounts.every((n) => Number.isSafeInteger(n) && n >= 1 && n <= 64))
+    throw new Error("--scale: actuator counts from 1 to 64, separated by commas (the first is the base of linear)");
+  await runBench({
+    ...base,
+    only: only as Workload[],
+    repeats: values.repeats ? Number(values.repeats) : base.repeats,
+    profile: values.profile,
+    slowSyncMs: slowSyncMs.filter((ms) => ms > 0),
+    nodes,
+    scaleCounts,
+  });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

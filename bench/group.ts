@@ -87,7 +87,12 @@ class Commander {
           else await sleep(this.gapMs);
           continue;
         }
-        const r = await this.ctl.request(VALVE, "command", { holder: this.ctl.holder, token: this.token, seq: ++this.seq, set: { position: this.seq % 100 } }, { timeoutMs: 300 });
+        const r = await this.ctl.request(
+          VALVE,
+          "command",
+          { holder: this.ctl.holder, token: this.token, seq: ++this.seq, set: { position: this.seq % 100 } },
+          { timeoutMs: 300 },
+        );
         if (r.ok) this.applied.push({ wallMs: Date.now(), token: this.token });
         else if (["STALE_TOKEN", "LEASE_EXPIRED", "NOT_HOLDER", "UNKNOWN_TOKEN"].includes(r.error.code as string)) this.token = 0;
       } catch {
@@ -117,7 +122,11 @@ async function failovers(group: GroupStack, ctl: TestController, repeats: number
   let active = await group.waitActive(30_000);
   for (let r = 0; r < repeats; r++) {
     const standby = 1 - active;
-    await group.daemons[standby]!.waitForLog((l) => l.msg === "the group's leader key is held by another gateway; standing by", 30_000, "the standby standing by");
+    await group.daemons[standby]!.waitForLog(
+      (l) => l.msg === "the group's leader key is held by another gateway; standing by",
+      30_000,
+      "the standby standing by",
+    );
     const commander = new Commander(ctl, 20);
     await until(() => commander.applied.length >= 5, { timeoutMs: 10_000, what: "commands applied before the kill" });
     const tokenBefore = commander.lastToken;
@@ -126,14 +135,24 @@ async function failovers(group: GroupStack, ctl: TestController, repeats: number
     await group.daemons[active]!.kill("SIGKILL");
     const next = group.daemons[standby]!;
     await group.waitActive(group.leaseTtlMs + 10_000, [standby]);
-    await until(() => commander.firstAppliedAfter(killWallMs, tokenBefore), { timeoutMs: 10_000, what: "a command applied through the new active gateway" });
+    await until(() => commander.firstAppliedAfter(killWallMs, tokenBefore), {
+      timeoutMs: 10_000,
+      what: "a command applied through the new active gateway",
+    });
     const appliedWallMs = commander.firstAppliedAfter(killWallMs, tokenBefore)!;
     await commander.stop();
     const takeover = at(next.logs.findLast((l) => l.msg === "this gateway holds the group's leader key; taking over"));
     const serving = at(next.logs.findLast(isServing));
-    const f: Failover = { killToTakeoverMs: takeover - killWallMs, takeoverToServingMs: serving - takeover, servingToAppliedMs: appliedWallMs - serving, totalMs: appliedWallMs - killWallMs };
+    const f: Failover = {
+      killToTakeoverMs: takeover - killWallMs,
+      takeoverToServingMs: serving - takeover,
+      servingToAppliedMs: appliedWallMs - serving,
+      totalMs: appliedWallMs - killWallMs,
+    };
     results.push(f);
-    say(`  failover ${r + 1}/${repeats}: ${f.totalMs} ms (kill→taking over ${f.killToTakeoverMs}, →serving ${f.takeoverToServingMs}, →first applied ${f.servingToAppliedMs})`);
+    say(
+      `  failover ${r + 1}/${repeats}: ${f.totalMs} ms (kill→taking over ${f.killToTakeoverMs}, →serving ${f.takeoverToServingMs}, →first applied ${f.servingToAppliedMs})`,
+    );
     group.start(active); // the killed one comes back as the standby
     active = standby;
   }
@@ -160,7 +179,11 @@ async function etcdTxnFloor(endpoints: readonly string[], n: number): Promise<nu
   try {
     for (let i = 1; i <= n + 20; i++) {
       const t0 = performance.now();
-      await client.txn([{ key: "/bench/floor", target: "MOD", result: "EQUAL", modRevision: 0 }], [{ put: { key: "/bench/floor", value: String(i) } }], [{ put: { key: "/bench/floor", value: String(i) } }]);
+      await client.txn(
+        [{ key: "/bench/floor", target: "MOD", result: "EQUAL", modRevision: 0 }],
+        [{ put: { key: "/bench/floor", value: String(i) } }],
+        [{ put: { key: "/bench/floor", value: String(i) } }],
+      );
       if (i > 20) ms.push(performance.now() - t0);
     }
   } finally {
@@ -215,7 +238,12 @@ async function main(): Promise<void> {
     // The same gateway on its own: no group section, the same broker, device and disk.
     const alone = DaemonProcess.start(
       path.join(group.dir, "gw-a"),
-      gatewayConfig({ brokerUrl: group.broker.url, journalPath: path.join(group.dir, "alone.db"), buses: { plc: { type: "tcp", host: "127.0.0.1", port: group.sim.tcp!.port } }, actuators: [valve(VALVE, "plc", 1)] }),
+      gatewayConfig({
+        brokerUrl: group.broker.url,
+        journalPath: path.join(group.dir, "alone.db"),
+        buses: { plc: { type: "tcp", host: "127.0.0.1", port: group.sim.tcp!.port } },
+        actuators: [valve(VALVE, "plc", 1)],
+      }),
     );
     teardown.add(alone, (d) => stopDaemon(d));
     await alone.ready([VALVE], 30_000);

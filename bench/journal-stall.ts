@@ -45,7 +45,9 @@ try {
   if (disk === null) throw new Error("needs root and loop devices");
   teardown.add(disk, (d) => d.remove());
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
-  const sim = teardown.add(await startSimulator({ units: [1, 2], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
+  const sim = teardown.add(await startSimulator({ units: [1, 2], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) =>
+    s.close(),
+  );
   const port = await freePort();
   const config = gatewayConfig({
     brokerUrl: broker.url,
@@ -68,7 +70,12 @@ try {
   let seqB = 0;
   const commandB = async (timeoutMs: number) => {
     const sent = performance.now();
-    const reply = await b.request("valve-2", "command", { holder: "line-b", token: tokenB, seq: ++seqB, set: { position: seqB % 100 } }, { timeoutMs });
+    const reply = await b.request(
+      "valve-2",
+      "command",
+      { holder: "line-b", token: tokenB, seq: ++seqB, set: { position: seqB % 100 } },
+      { timeoutMs },
+    );
     if (reply.ok !== true) throw new Error(`valve-2's command refused: ${JSON.stringify(reply)}`);
     return performance.now() - sent;
   };
@@ -93,12 +100,15 @@ try {
     await new Promise((r) => setTimeout(r, 100));
   }
   await thaw;
-  const fmt = (xs: number[]) => `n=${xs.length} median ${pct(xs, 50).toFixed(1)} ms, p99 ${pct(xs, 99).toFixed(1)} ms, max ${Math.max(...xs).toFixed(1)} ms`;
+  const fmt = (xs: number[]) =>
+    `n=${xs.length} median ${pct(xs, 50).toFixed(1)} ms, p99 ${pct(xs, 99).toFixed(1)} ms, max ${Math.max(...xs).toFixed(1)} ms`;
   console.log(`daemon: ${bin}`);
   console.log(`valve-2's command, disk quiet:            ${fmt(quiet)}`);
   console.log(`valve-2's command, disk frozen ${freezeMs} ms: ${fmt(stalled)}`);
   const first = health.findIndex((h) => h.startsWith("503"));
-  console.log(`/healthz during the freeze (status@since-freeze(latency)): first 3 ${health.slice(0, 3).join(" ")}; first 503: ${first < 0 ? "none" : health[first]}; last ${health.at(-1)}`);
+  console.log(
+    `/healthz during the freeze (status@since-freeze(latency)): first 3 ${health.slice(0, 3).join(" ")}; first 503: ${first < 0 ? "none" : health[first]}; last ${health.at(-1)}`,
+  );
 } finally {
   await teardown.run();
 }

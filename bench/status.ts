@@ -34,7 +34,16 @@ import { Teardown, stopDaemon } from "../test/support/stack.ts";
 
 const FEEDS = 50;
 const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const CHROMIUM_FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
 
 const { values } = parseArgs({ options: { quick: { type: "boolean" } } });
 const quick = values.quick ?? false;
@@ -71,11 +80,13 @@ function cpuMs(pid: number): number {
 
 function fetchBytes(url: string, gzip: boolean): Promise<number> {
   return new Promise((resolve, reject) => {
-    http.get(url, { headers: gzip ? { "accept-encoding": "gzip" } : {} }, (res) => {
-      let n = 0;
-      res.on("data", (c: Buffer) => (n += c.length));
-      res.on("end", () => resolve(n));
-    }).on("error", reject);
+    http
+      .get(url, { headers: gzip ? { "accept-encoding": "gzip" } : {} }, (res) => {
+        let n = 0;
+        res.on("data", (c: Buffer) => (n += c.length));
+        res.on("end", () => resolve(n));
+      })
+      .on("error", reject);
   });
 }
 
@@ -96,12 +107,15 @@ async function main(): Promise<void> {
   if (!distIsFresh()) {
     console.log("dist/ is missing or older than the sources: npm run build");
     const built = spawnSync("npm", ["run", "build"], { encoding: "utf8" });
-    if (built.status !== 0) console.log(`npm run build failed (${built.status}); the daemon runs through tsx\n${built.stdout}${built.stderr}`);
+    if (built.status !== 0)
+      console.log(`npm run build failed (${built.status}); the daemon runs through tsx\n${built.stdout}${built.stderr}`);
   }
   process.env["FENCEGATE_RUNTIME"] = fs.existsSync(DIST_MAIN) ? "dist" : "tsx";
   const teardown = new Teardown();
   try {
-    const dir = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-bench-status-")), (d) => fs.rmSync(d, { recursive: true, force: true }));
+    const dir = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-bench-status-")), (d) =>
+      fs.rmSync(d, { recursive: true, force: true }),
+    );
     const broker = teardown.add(await startMosquitto(), (b) => b.stop());
     const simPort = await freePort();
     const sim = await startSimProcess(FENCEGATE_BIN, ["--tcp", `127.0.0.1:${simPort}`, "--rate", "0"]);
@@ -159,11 +173,21 @@ async function main(): Promise<void> {
     // The page in a browser, its feed running under commands.
     let pageRss = Number.NaN;
     if (fs.existsSync(CHROMIUM)) {
-      const profile = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-bench-chromium-")), (d) => fs.rmSync(d, { recursive: true, force: true }));
-      const context = teardown.add(await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS }), (c) => c.close());
+      const profile = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-bench-chromium-")), (d) =>
+        fs.rmSync(d, { recursive: true, force: true }),
+      );
+      const context = teardown.add(
+        await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS }),
+        (c) => c.close(),
+      );
       const page = context.pages()[0] ?? (await context.newPage());
       await page.goto(base);
-      await page.waitForFunction(() => (globalThis as unknown as { document: { getElementById(id: string): { textContent: string } | null } }).document.getElementById("gw-live")?.textContent === "live");
+      await page.waitForFunction(
+        () =>
+          (globalThis as unknown as { document: { getElementById(id: string): { textContent: string } | null } }).document.getElementById(
+            "gw-live",
+          )?.textContent === "live",
+      );
       const rss: number[] = [];
       const sampler = setInterval(() => rss.push(rssMb(pid)), 100);
       await run(COMMANDS);
@@ -204,7 +228,12 @@ async function main(): Promise<void> {
       at: new Date().toISOString(),
       commandsPerRepeat: COMMANDS,
       repeats: REPEATS,
-      pageWeight: { files: Object.fromEntries(files.map((f, i) => [f, { bytes: plain[i], gzip: gzipped[i] }])), totalBytes: plain.reduce((x, y) => x + y, 0), totalGzip: gzipped.reduce((x, y) => x + y, 0), apiStatusBytes: statusBytes },
+      pageWeight: {
+        files: Object.fromEntries(files.map((f, i) => [f, { bytes: plain[i], gzip: gzipped[i] }])),
+        totalBytes: plain.reduce((x, y) => x + y, 0),
+        totalGzip: gzipped.reduce((x, y) => x + y, 0),
+        apiStatusBytes: statusBytes,
+      },
       runtime: process.env["FENCEGATE_RUNTIME"],
       rssMb: { idlePageOff: offRss, idle: idleRss, pageOpenFeedRunning: pageRss, fiftyFeeds: median(fiftyRss) },
       daemonCpuMsPerCommand: { noFeeds: median(cpuNone), fiftyFeeds: median(cpuFifty) },
@@ -213,10 +242,18 @@ async function main(): Promise<void> {
     };
     const f2 = (x: number) => x.toFixed(2);
     console.log(`status page bench (${REPEATS} × ${COMMANDS} commands per case; the daemon runs from ${result.runtime})`);
-    console.log(`  page weight      ${result.pageWeight.totalBytes} B (gzip ${result.pageWeight.totalGzip} B): ${files.map((f, i) => `${f} ${plain[i]}/${gzipped[i]}`).join(", ")}; /api/status ${statusBytes} B`);
-    console.log(`  daemon RSS       page off, idle ${f2(offRss)} MB; page on, after 200 commands ${f2(idleRss)} MB; page open, feed running ${f2(pageRss)} MB; ${FEEDS} feeds ${f2(result.rssMb.fiftyFeeds)} MB`);
-    console.log(`  command latency  no feeds p50 ${f2(floor.p50)} ms p99 ${f2(floor.p99)} ms (the floor); ${FEEDS} feeds p50 ${f2(loaded.p50)} ms p99 ${f2(loaded.p99)} ms (×${f2(result.latencyMs.ratioP50)} p50, ×${f2(result.latencyMs.ratioP99)} p99)`);
-    console.log(`  daemon CPU       per command (user + system): no feeds ${result.daemonCpuMsPerCommand.noFeeds.toFixed(3)} ms; ${FEEDS} feeds ${result.daemonCpuMsPerCommand.fiftyFeeds.toFixed(3)} ms`);
+    console.log(
+      `  page weight      ${result.pageWeight.totalBytes} B (gzip ${result.pageWeight.totalGzip} B): ${files.map((f, i) => `${f} ${plain[i]}/${gzipped[i]}`).join(", ")}; /api/status ${statusBytes} B`,
+    );
+    console.log(
+      `  daemon RSS       page off, idle ${f2(offRss)} MB; page on, after 200 commands ${f2(idleRss)} MB; page open, feed running ${f2(pageRss)} MB; ${FEEDS} feeds ${f2(result.rssMb.fiftyFeeds)} MB`,
+    );
+    console.log(
+      `  command latency  no feeds p50 ${f2(floor.p50)} ms p99 ${f2(floor.p99)} ms (the floor); ${FEEDS} feeds p50 ${f2(loaded.p50)} ms p99 ${f2(loaded.p99)} ms (×${f2(result.latencyMs.ratioP50)} p50, ×${f2(result.latencyMs.ratioP99)} p99)`,
+    );
+    console.log(
+      `  daemon CPU       per command (user + system): no feeds ${result.daemonCpuMsPerCommand.noFeeds.toFixed(3)} ms; ${FEEDS} feeds ${result.daemonCpuMsPerCommand.fiftyFeeds.toFixed(3)} ms`,
+    );
     const out = path.join(import.meta.dirname, "results", `status-${result.at.replace(/[:.]/g, "-")}.json`);
     fs.writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
     console.log(`  ${path.relative(process.cwd(), out)}`);

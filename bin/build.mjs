@@ -50,7 +50,9 @@ export const BUILD_OPTIONS = {
   sourcemap: "linked",
   legalComments: "linked",
   // The bundled CommonJS dependencies call require(); ESM has none of its own.
-  banner: { js: 'import { createRequire as __fencegateCreateRequire } from "node:module"; const require = __fencegateCreateRequire(import.meta.url);' },
+  banner: {
+    js: 'import { createRequire as __fencegateCreateRequire } from "node:module"; const require = __fencegateCreateRequire(import.meta.url);',
+  },
   logLevel: "warning",
 };
 
@@ -64,7 +66,9 @@ async function esbuild() {
     return await import("esbuild");
   } catch (err) {
     if (err?.code !== "ERR_MODULE_NOT_FOUND" || !String(err.message).includes("esbuild")) throw err;
-    console.error("fencegate: building dist/ (npm run build; npm pack builds first) needs the dev dependencies, and node_modules lacks esbuild: run `npm ci` first, then this command again.");
+    console.error(
+      "fencegate: building dist/ (npm run build; npm pack builds first) needs the dev dependencies, and node_modules lacks esbuild: run `npm ci` first, then this command again.",
+    );
     process.exit(1);
   }
 }

@@ -59,7 +59,12 @@ export function satisfiesEngine(version, range) {
     if (op === "<") return c < 0;
     if (given.length === 0) return op !== ">";
     // The first version past `given` (^ and ~: past what they allow): <=20 is <21.0.0, >20 is >=21.0.0.
-    const bump = op === "^" ? given.findIndex((n, i) => n !== 0 || i === given.length - 1) : op === "~" ? Math.min(1, given.length - 1) : given.length - 1;
+    const bump =
+      op === "^"
+        ? given.findIndex((n, i) => n !== 0 || i === given.length - 1)
+        : op === "~"
+          ? Math.min(1, given.length - 1)
+          : given.length - 1;
     const high = low.map((n, i) => (i < bump ? n : i === bump ? n + 1 : 0));
     if (op === ">") return given.length === 3 ? c > 0 : compare(v, high) >= 0;
     if (op === "<=") return given.length === 3 ? c <= 0 : compare(v, high) < 0;
@@ -76,12 +81,20 @@ function expectedOptional(root, manifests, nodeVersion) {
   const lockFile = join(root, "package-lock.json");
   if (!existsSync(lockFile)) return [];
   const locked = JSON.parse(readFileSync(lockFile, "utf8")).packages ?? {};
-  const fits = (list, value) => list === undefined || (list.includes(value) && !list.includes(`!${value}`)) || (list.every((x) => x.startsWith("!")) && !list.includes(`!${value}`));
+  const fits = (list, value) =>
+    list === undefined ||
+    (list.includes(value) && !list.includes(`!${value}`)) ||
+    (list.every((x) => x.startsWith("!")) && !list.includes(`!${value}`));
   return manifests
     .flatMap((m) => Object.keys(m.optionalDependencies ?? {}))
     .filter((name) => {
       const entry = locked[`node_modules/${name}`];
-      return entry !== undefined && (entry.engines?.node === undefined || satisfiesEngine(nodeVersion, entry.engines.node)) && fits(entry.os, process.platform) && fits(entry.cpu, process.arch);
+      return (
+        entry !== undefined &&
+        (entry.engines?.node === undefined || satisfiesEngine(nodeVersion, entry.engines.node)) &&
+        fits(entry.os, process.platform) &&
+        fits(entry.cpu, process.arch)
+      );
     });
 }
 
@@ -112,13 +125,21 @@ function onPath(command) {
 }
 
 export function missingTools() {
-  return [...new Set(Object.entries(TEST_TOOLS).filter(([command]) => !onPath(command)).map(([, pkg]) => pkg))];
+  return [
+    ...new Set(
+      Object.entries(TEST_TOOLS)
+        .filter(([command]) => !onPath(command))
+        .map(([, pkg]) => pkg),
+    ),
+  ];
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const missing = missingPackages();
   if (missing.length > 0) {
-    say(`installing the dependencies first (npm ci): node_modules lacks ${missing.slice(0, 3).join(", ")}${missing.length > 3 ? ` and ${missing.length - 3} more` : ""}`);
+    say(
+      `installing the dependencies first (npm ci): node_modules lacks ${missing.slice(0, 3).join(", ")}${missing.length > 3 ? ` and ${missing.length - 3} more` : ""}`,
+    );
     run("npm", ["ci", "--no-audit", "--no-fund"]);
   } else {
     const problem = nativeProblem();

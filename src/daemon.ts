@@ -17,7 +17,17 @@ import { JournalThread, stallReportMs } from "./adapters/journal/worker-client.t
 import { ModbusBus, OFFLINE_AFTER_FAILURES, busLink } from "./adapters/modbus/bus.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { LEASE_REQUEST_ROOM_PER_ACTUATOR, MAX_PENDING_READS_PER_ACTUATOR, MqttLink } from "./adapters/mqtt/link.ts";
-import { ActuatorConflictError, DuplicateGatewayError, actuatorConflictOf, actuatorsServedByOthers, displacedSentence, duplicateOf, identityOf, probeGateways, type ProbeResult } from "./adapters/mqtt/presence.ts";
+import {
+  ActuatorConflictError,
+  DuplicateGatewayError,
+  actuatorConflictOf,
+  actuatorsServedByOthers,
+  displacedSentence,
+  duplicateOf,
+  identityOf,
+  probeGateways,
+  type ProbeResult,
+} from "./adapters/mqtt/presence.ts";
 import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { leadershipConfig } from "./core/leadership.ts";
@@ -97,7 +107,10 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
 
   // Before any device is touched: is a gateway with this id, or one serving one of these
   // actuators, already on the broker?
-  const identity = identityOf(config.gatewayId, config.journal.path, { actuators: config.actuators.map((a) => a.id), group: config.group?.name });
+  const identity = identityOf(config.gatewayId, config.journal.path, {
+    actuators: config.actuators.map((a) => a.id),
+    group: config.group?.name,
+  });
   const refusal = (probe: ProbeResult): DuplicateGatewayError | ActuatorConflictError | undefined => {
     const duplicate = duplicateOf(probe, identity);
     if (duplicate !== undefined) return new DuplicateGatewayError(config.gatewayId, duplicate, config.mqtt.url);
@@ -110,7 +123,13 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     journal.close();
     throw refused;
   }
-  const unserved = new UnservedActuators(config.gatewayId, new Set(config.actuators.map((a) => a.id)), realClock, snapshots, config.group?.name);
+  const unserved = new UnservedActuators(
+    config.gatewayId,
+    new Set(config.actuators.map((a) => a.id)),
+    realClock,
+    snapshots,
+    config.group?.name,
+  );
   unserved.servedByOthers(actuatorsServedByOthers(firstProbe, identity));
 
   // Gateway group: the member is made below, once the gateway exists; the buses ask it before every frame.
@@ -235,7 +254,16 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
         journalFailed = true;
         resolveFatal(EXIT.JOURNAL);
       },
-      ...(config.group === undefined ? {} : { group: { commitGrant: (a, t) => member!.commitGrant(a, t), readToken: (a) => member!.readToken(a), mayDriveDevices: () => member!.mayDriveDevices(), stale: (why) => member!.stale(why) } }),
+      ...(config.group === undefined
+        ? {}
+        : {
+            group: {
+              commitGrant: (a, t) => member!.commitGrant(a, t),
+              readToken: (a) => member!.readToken(a),
+              mayDriveDevices: () => member!.mayDriveDevices(),
+              stale: (why) => member!.stale(why),
+            },
+          }),
     },
     snapshots,
   );
@@ -262,7 +290,14 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     // anything serves; one whose actuators differ from another member's will not take over.
     // A saturated audit queue is a 503 (commands are refused), not the watchdog's: a slow
     // disk must not get the daemon restarted.
-    problem: () => daemonProblem() ?? member?.etcdProblem() ?? member?.configProblem() ?? gateway.committer.saturation() ?? (gateway.serving && buses.size > 0 && [...buses.values()].every((b) => !b.isUp) ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached` : null),
+    problem: () =>
+      daemonProblem() ??
+      member?.etcdProblem() ??
+      member?.configProblem() ??
+      gateway.committer.saturation() ??
+      (gateway.serving && buses.size > 0 && [...buses.values()].every((b) => !b.isUp)
+        ? `no bus is open (${[...buses.keys()].join(", ")}): no device can be reached`
+        : null),
     details: () => ({
       ...(member ? { group: member.phase } : {}),
       mqtt: link.connected,
@@ -316,9 +351,15 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     }
     if (!isLoopbackHost(config.metrics.host)) {
       if (config.metrics.auth !== undefined) {
-        log.info({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: every request needs the credentials of metrics.auth (over plain HTTP)");
+        log.info(
+          { host: config.metrics.host, port: config.metrics.port },
+          "metrics.host is not loopback: every request needs the credentials of metrics.auth (over plain HTTP)",
+        );
       } else {
-        log.warn({ host: config.metrics.host, port: config.metrics.port }, "metrics.host is not loopback: /metrics and /healthz answer anyone who reaches this address, without authentication (metrics.allowNonLoopback)");
+        log.warn(
+          { host: config.metrics.host, port: config.metrics.port },
+          "metrics.host is not loopback: /metrics and /healthz answer anyone who reaches this address, without authentication (metrics.allowNonLoopback)",
+        );
       }
     }
   }
@@ -352,7 +393,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   void (async () => {
     // Not reachable before the devices were: ask again before taking the client id.
     let probe = firstProbe;
-    for (let waitMs = config.mqtt.reconnect.minMs; probe.kind === "unreachable" && !stopping; waitMs = Math.min(2 * waitMs, config.mqtt.reconnect.maxMs)) {
+    for (
+      let waitMs = config.mqtt.reconnect.minMs;
+      probe.kind === "unreachable" && !stopping;
+      waitMs = Math.min(2 * waitMs, config.mqtt.reconnect.maxMs)
+    ) {
       // The same line as the link's own connection errors (a refused password reads the same).
       log.warn({ err: probe.reason, broker: config.mqtt.url, retryInMs: waitMs }, "MQTT error");
       await new Promise((resolve) => setTimeout(resolve, waitMs));
@@ -368,7 +413,15 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     beforeConnect = null;
     for (const [actuator, event] of held) link.event(actuator, event);
   })();
-  log.info({ gatewayId: config.gatewayId, actuators: gateway.actuatorIds(), journal: config.journal.path, ...(config.group ? { group: config.group.name } : {}) }, "fencegate daemon started");
+  log.info(
+    {
+      gatewayId: config.gatewayId,
+      actuators: gateway.actuatorIds(),
+      journal: config.journal.path,
+      ...(config.group ? { group: config.group.name } : {}),
+    },
+    "fencegate daemon started",
+  );
 
   const address = server?.address();
   return {
@@ -390,7 +443,11 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       } else {
         log.info("draining: no new requests; finishing the commands in progress");
         const drained = await gateway.drain(config.shutdown.drainTimeoutMs);
-        if (!drained) log.warn({ drainTimeoutMs: config.shutdown.drainTimeoutMs }, "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart");
+        if (!drained)
+          log.warn(
+            { drainTimeoutMs: config.shutdown.drainTimeoutMs },
+            "drain timed out; unfinished commands will read as OUTCOME_UNKNOWN after restart",
+          );
       }
       // Stepping down gives the leader key up at once: a standby takes over without waiting for the TTL.
       await member?.stop();
@@ -466,7 +523,14 @@ function packageVersion(): string {
  * only then takes requests. On stepping down, device I/O has already stopped (the buses
  * ask the member before every frame); leases end, the buses close, requests stop.
  */
-function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap<string, ModbusBus>, link: MqttLink, unserved: UnservedActuators, log: Logger): EtcdGroupMember {
+function groupMember(
+  config: GatewayConfig,
+  gateway: Gateway,
+  buses: ReadonlyMap<string, ModbusBus>,
+  link: MqttLink,
+  unserved: UnservedActuators,
+  log: Logger,
+): EtcdGroupMember {
   const group = config.group!;
   let activation = 0;
   /** Once active: the actuators the group has granted on that this gateway does not serve are said to be unserved. */
@@ -502,7 +566,10 @@ function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap
             if (view) link.state(view);
           }
           void publishGroupUnserved(mine);
-          log.info({ term: term.revision, takeoverMs: Math.round(performance.now() - startedMs), secured: gateway.allSecured() }, "serving as the group's active gateway");
+          log.info(
+            { term: term.revision, takeoverMs: Math.round(performance.now() - startedMs), secured: gateway.allSecured() },
+            "serving as the group's active gateway",
+          );
         });
     },
     onDeactivate: (reason, detail) => {
@@ -513,7 +580,10 @@ function groupMember(config: GatewayConfig, gateway: Gateway, buses: ReadonlyMap
       log.warn({ reason, detail }, "standing by: leases ended, buses closed, no requests taken");
     },
   });
-  log.info({ group: group.name, endpoints: group.endpoints, leaseTtlMs: group.leaseTtlMs }, "group member started; standing by until this gateway holds the group's leader key");
+  log.info(
+    { group: group.name, endpoints: group.endpoints, leaseTtlMs: group.leaseTtlMs },
+    "group member started; standing by until this gateway holds the group's leader key",
+  );
   return member;
 }
 

@@ -6,7 +6,11 @@ import { describe, expect, it } from "vitest";
 
 describe("npm run demo", () => {
   it("shows the stale write applied without fencing and refused through fencegate, and exits 0", async () => {
-    const { stdout } = await promisify(execFile)("npm", ["run", "--silent", "demo"], { cwd: resolve(import.meta.dirname, ".."), encoding: "utf8", timeout: 90_000 });
+    const { stdout } = await promisify(execFile)("npm", ["run", "--silent", "demo"], {
+      cwd: resolve(import.meta.dirname, ".."),
+      encoding: "utf8",
+      timeout: 90_000,
+    });
     expect(stdout).toMatch(/A\s+wrote position=90 to the device\s+-> device at 90 %/);
     expect(stdout).toContain("Result: the valve is at 90 %. B's position was overwritten");
     expect(stdout).toMatch(/gateway\s+REFUSED STALE_TOKEN/);

@@ -94,14 +94,21 @@ describe("README examples", () => {
       let output: string;
       try {
         // Asynchronous: the simulated valve lives in this process and must keep answering.
-        ({ stdout: output } = await promisify(execFile)("bash", ["-c", `{ ${command}
-} 2>&1`], {
-          cwd: ROOT,
-          // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
-          env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
-          encoding: "utf8",
-          timeout: 20_000,
-        }));
+        ({ stdout: output } = await promisify(execFile)(
+          "bash",
+          [
+            "-c",
+            `{ ${command}
+} 2>&1`,
+          ],
+          {
+            cwd: ROOT,
+            // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
+            env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
+            encoding: "utf8",
+            timeout: 20_000,
+          },
+        ));
       } catch (err) {
         throw new Error(`README command failed: ${step.command}\n${(err as { stdout?: string }).stdout ?? String(err)}`);
       }

@@ -32,7 +32,14 @@ interface Row {
 function stats(name: string, samples: number[], limitMs?: number): Row {
   const s = [...samples].sort((a, b) => a - b);
   const q = (p: number) => s[Math.min(s.length - 1, Math.floor(p * s.length))] ?? Number.NaN;
-  return { case: name, n: s.length, medianMs: q(0.5), p99Ms: q(0.99), maxMs: s[s.length - 1] ?? Number.NaN, ...(limitMs ? { limitMs } : {}) };
+  return {
+    case: name,
+    n: s.length,
+    medianMs: q(0.5),
+    p99Ms: q(0.99),
+    maxMs: s[s.length - 1] ?? Number.NaN,
+    ...(limitMs ? { limitMs } : {}),
+  };
 }
 
 async function measure(n: number, op: (i: number) => Promise<unknown>): Promise<number[]> {
@@ -55,19 +62,38 @@ try {
     { name: "FC16 command block, EEPROM in RAM", stateFile: undefined, lineRate: false },
     { name: "FC16 command block, line-rate 115200", stateFile: undefined, lineRate: true },
   ]) {
-    const sim = await startSimulator({ serial: { path: pty.device, baud: 115200 }, rate: 0, lineRate: scenario.lineRate, ...(scenario.stateFile ? { stateFile: scenario.stateFile } : {}) });
+    const sim = await startSimulator({
+      serial: { path: pty.device, baud: 115200 },
+      rate: 0,
+      lineRate: scenario.lineRate,
+      ...(scenario.stateFile ? { stateFile: scenario.stateFile } : {}),
+    });
     const client = new ModbusRTU();
     await client.connectRTUBuffered(pty.master, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
     client.setID(1);
     client.setTimeout(1000);
     let seq = 0;
-    const fc16 = await measure(N, () => client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token: 1, seq: seq++, setpoints: { position: seq % 100 } })));
+    const fc16 = await measure(N, () =>
+      client.writeRegisters(FENCED.COMMAND_START, encodeCommandBlock({ token: 1, seq: seq++, setpoints: { position: seq % 100 } })),
+    );
     rows.push(stats(scenario.name, fc16, scenario.lineRate ? transactionLimitMs(9 + 2 * FENCED.COMMAND_COUNT, 8, 115200) : undefined));
     if (!scenario.stateFile) {
       const fc06 = await measure(N, () => client.writeRegister(FENCED.KEEPALIVE, 1));
-      rows.push(stats(`FC06 keep-alive${scenario.lineRate ? ", line-rate 115200" : ""}`, fc06, scenario.lineRate ? transactionLimitMs(8, 8, 115200) : undefined));
+      rows.push(
+        stats(
+          `FC06 keep-alive${scenario.lineRate ? ", line-rate 115200" : ""}`,
+          fc06,
+          scenario.lineRate ? transactionLimitMs(8, 8, 115200) : undefined,
+        ),
+      );
       const fc03 = await measure(N, () => client.readHoldingRegisters(FENCED.READBACK_START, FENCED.READBACK_COUNT));
-      rows.push(stats(`FC03 read-back (21 regs)${scenario.lineRate ? ", line-rate 115200" : ""}`, fc03, scenario.lineRate ? transactionLimitMs(8, 5 + 2 * FENCED.READBACK_COUNT, 115200) : undefined));
+      rows.push(
+        stats(
+          `FC03 read-back (21 regs)${scenario.lineRate ? ", line-rate 115200" : ""}`,
+          fc03,
+          scenario.lineRate ? transactionLimitMs(8, 5 + 2 * FENCED.READBACK_COUNT, 115200) : undefined,
+        ),
+      );
     }
     await new Promise<void>((r) => client.close(() => r()));
     await sim.close();
@@ -83,6 +109,8 @@ else {
   console.log(`node ${process.version}, ${os.cpus().length} CPUs, n=${N} per case`);
   console.log(["case".padEnd(52), "median", "  p99", "   max", " limit", " median-limit"].join("\t"));
   for (const r of rows) {
-    console.log([r.case.padEnd(52), f(r.medianMs), f(r.p99Ms), f(r.maxMs), f(r.limitMs), r.limitMs ? f(r.medianMs - r.limitMs) : ""].join("\t"));
+    console.log(
+      [r.case.padEnd(52), f(r.medianMs), f(r.p99Ms), f(r.maxMs), f(r.limitMs), r.limitMs ? f(r.medianMs - r.limitMs) : ""].join("\t"),
+    );
   }
 }

@@ -257,7 +257,13 @@ export class Device {
   private fencedImage(): Map<number, number> {
     const m = new Map<number, number>();
     const put = (addr: number, words: readonly number[]) => words.forEach((w, i) => m.set(addr + i, w));
-    put(FENCED.IDENTITY_START, [PROFILE_MAGIC, PROFILE_ID.FENCED, this.config.profileVersion ?? PROFILE_VERSION, DEVICE_TYPE_REFERENCE_ACTUATOR, FIRMWARE_VERSION]);
+    put(FENCED.IDENTITY_START, [
+      PROFILE_MAGIC,
+      PROFILE_ID.FENCED,
+      this.config.profileVersion ?? PROFILE_VERSION,
+      DEVICE_TYPE_REFERENCE_ACTUATOR,
+      FIRMWARE_VERSION,
+    ]);
     put(FENCED.SERIAL_NUMBER, u32ToWords(0x4647_0000 + this.config.unit));
     put(FENCED.SETPOINT_COUNT, [COMMAND_SETPOINT_COUNT]);
     put(FENCED.FENCE_TOKEN, u64ToWords(this.fenceToken));
@@ -380,7 +386,8 @@ export class Device {
       return undefined;
     }
     if (order < 0) return this.refuse(cmd.token < this.fenceToken ? REFUSAL.STALE_TOKEN : REFUSAL.STALE_SEQ, FENCE_REFUSED_EXCEPTION);
-    if (!this.persist({ token: cmd.token.toString(), seq: cmd.seq, block })) return this.refuse(REFUSAL.PERSIST_FAILED, EXCEPTION.SERVER_DEVICE_FAILURE);
+    if (!this.persist({ token: cmd.token.toString(), seq: cmd.seq, block }))
+      return this.refuse(REFUSAL.PERSIST_FAILED, EXCEPTION.SERVER_DEVICE_FAILURE);
     this.fenceToken = cmd.token;
     this.fenceSeq = cmd.seq;
     this.lastBlock = block;

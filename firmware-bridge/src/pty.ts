@@ -35,11 +35,9 @@ export async function createPtyPair(options: PtyOptions = {}): Promise<PtyPair> 
   const dir = options.dir ?? fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-pty-"));
   const device = path.join(dir, "device");
   const master = path.join(dir, "master");
-  const child = spawn(
-    "socat",
-    ["-d", "-d", `pty,raw,echo=0,link=${device}`, `pty,raw,echo=0,link=${master}`],
-    { stdio: ["ignore", "ignore", "pipe"] },
-  );
+  const child = spawn("socat", ["-d", "-d", `pty,raw,echo=0,link=${device}`, `pty,raw,echo=0,link=${master}`], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let stderr = "";
   child.stderr?.setEncoding("utf8").on("data", (s: string) => (stderr += s));
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));

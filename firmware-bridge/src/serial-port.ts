@@ -47,7 +47,11 @@ export const InlineIoBinding: LinuxBindingInterface = {
 /** An open SerialPort on {@link InlineIoBinding} (autoOpen is ignored). */
 export async function openSerialPort(options: SerialPortOpenOptions<AutoDetectTypes>): Promise<SerialPort> {
   // SerialPort puts its detected binding first: a binding among the options replaces it.
-  const port = new SerialPort({ ...options, binding: InlineIoBinding, autoOpen: false } as unknown as SerialPortOpenOptions<AutoDetectTypes>);
+  const port = new SerialPort({
+    ...options,
+    binding: InlineIoBinding,
+    autoOpen: false,
+  } as unknown as SerialPortOpenOptions<AutoDetectTypes>);
   await new Promise<void>((resolve, reject) => port.open((err) => (err ? reject(err) : resolve())));
   return port;
 }

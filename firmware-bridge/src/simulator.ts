@@ -69,8 +69,18 @@ export interface SimulatorOptions {
 export const ControlCommand = z.discriminatedUnion("op", [
   z.object({ op: z.literal("delay"), ms: z.number().min(0), unit: z.number().int().optional() }),
   z.object({ op: z.literal("mute"), on: z.boolean().default(true), unit: z.number().int().optional() }),
-  z.object({ op: z.literal("drop"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional(), fc: z.number().int().min(1).max(127).optional() }),
-  z.object({ op: z.literal("corrupt"), count: z.number().int().min(-1).default(1), unit: z.number().int().optional(), fc: z.number().int().min(1).max(127).optional() }),
+  z.object({
+    op: z.literal("drop"),
+    count: z.number().int().min(-1).default(1),
+    unit: z.number().int().optional(),
+    fc: z.number().int().min(1).max(127).optional(),
+  }),
+  z.object({
+    op: z.literal("corrupt"),
+    count: z.number().int().min(-1).default(1),
+    unit: z.number().int().optional(),
+    fc: z.number().int().min(1).max(127).optional(),
+  }),
   z.object({
     op: z.literal("exception"),
     code: z.number().int().min(1).max(255),
@@ -233,7 +243,9 @@ export async function startSimulator(options: SimulatorOptions): Promise<Simulat
         each(c.unit, (u) => Object.assign(station.faults(u), { corrupt: c.count, onlyFc: c.fc }));
         break;
       case "exception":
-        each(c.unit, (u) => Object.assign(station.faults(u), { exception: c.count === 0 ? undefined : { code: c.code, count: c.count }, onlyFc: c.fc }));
+        each(c.unit, (u) =>
+          Object.assign(station.faults(u), { exception: c.count === 0 ? undefined : { code: c.code, count: c.count }, onlyFc: c.fc }),
+        );
         break;
       case "crashAfterPersist":
         each(c.unit, (u) => (station.device(u).crashAfterPersist = c.count));
@@ -298,7 +310,13 @@ interface Pacer {
 
 async function startRtu(opts: SerialOptions, station: Station, pacer: Pacer, silenceMs?: number): Promise<Transport> {
   const baud = opts.baud ?? 115200;
-  const port = await openSerialPort({ path: opts.path, baudRate: baud, dataBits: 8, parity: opts.parity ?? "even", stopBits: opts.stopBits ?? 1 });
+  const port = await openSerialPort({
+    path: opts.path,
+    baudRate: baud,
+    dataBits: 8,
+    parity: opts.parity ?? "even",
+    stopBits: opts.stopBits ?? 1,
+  });
   const framer = new RtuFramer({
     silenceMs: silenceMs ?? Math.max(t35Ms(baud), 3),
     onDrop: () => station.counters.badFrames++,
@@ -456,4 +474,3 @@ export function sendControl(socketPath: string, cmd: ControlCommand): Promise<Re
     });
   });
 }
-

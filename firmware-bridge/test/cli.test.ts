@@ -19,8 +19,28 @@ describe("fencegate sim arguments", () => {
 
   it("parses the TCP form with several units and every option", () => {
     const o = parseSimArgs([
-      "--tcp", "127.0.0.1:1502", "--unit", "1,2,3", "--profile", "plain", "--watchdog-ms", "500", "--safe-position", "12.5",
-      "--rate", "5", "--line-rate", "--lose-unsynced", "--control", "/tmp/c.sock", "--parity", "none", "--stop-bits", "2", "--profile-version", "1.0",
+      "--tcp",
+      "127.0.0.1:1502",
+      "--unit",
+      "1,2,3",
+      "--profile",
+      "plain",
+      "--watchdog-ms",
+      "500",
+      "--safe-position",
+      "12.5",
+      "--rate",
+      "5",
+      "--line-rate",
+      "--lose-unsynced",
+      "--control",
+      "/tmp/c.sock",
+      "--parity",
+      "none",
+      "--stop-bits",
+      "2",
+      "--profile-version",
+      "1.0",
     ]);
     expect(o).toMatchObject({
       tcp: { host: "127.0.0.1", port: 1502 },

@@ -19,7 +19,13 @@ export const MASTER_TIMEOUT_MS = 1000;
 export async function rtuMaster(device: string, unit = 1, timeoutMs = MASTER_TIMEOUT_MS): Promise<Master> {
   const client = new ModbusRTU();
   // modbus-serial hands these options to its SerialPort: a port free again once closed (serial-port.ts).
-  await client.connectRTUBuffered(device, { baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8, binding: InlineIoBinding } as never);
+  await client.connectRTUBuffered(device, {
+    baudRate: 115200,
+    parity: "even",
+    stopBits: 1,
+    dataBits: 8,
+    binding: InlineIoBinding,
+  } as never);
   client.setID(unit);
   client.setTimeout(timeoutMs);
   return client;

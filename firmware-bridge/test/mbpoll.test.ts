@@ -38,8 +38,7 @@ function registers(out: string): Record<number, number> {
   return regs;
 }
 
-const block = (token: number, seq: number, position: number) =>
-  encodeCommandBlock({ token, seq, setpoints: { position } }).map(String);
+const block = (token: number, seq: number, position: number) => encodeCommandBlock({ token, seq, setpoints: { position } }).map(String);
 
 /** Registers start..start+count-1 expected from `values`. */
 const expectRegs = (start: number, values: number[]) => Object.fromEntries(values.map((v, i) => [start + i, v]));
@@ -100,7 +99,20 @@ describe("mbpoll over TCP against the `fencegate sim` process", () => {
     const bin = path.resolve(import.meta.dirname, "../../bin/fencegate.mjs");
     child = spawn(
       process.execPath,
-      [bin, "sim", "--tcp", "127.0.0.1:0", "--unit", "1,2", "--rate", "0", "--state", path.join(dir, "eeprom.json"), "--control", path.join(dir, "ctl.sock")],
+      [
+        bin,
+        "sim",
+        "--tcp",
+        "127.0.0.1:0",
+        "--unit",
+        "1,2",
+        "--rate",
+        "0",
+        "--state",
+        path.join(dir, "eeprom.json"),
+        "--control",
+        path.join(dir, "ctl.sock"),
+      ],
       { stdio: ["ignore", "pipe", "inherit"] },
     );
     exited = new Promise((resolve) => child.once("exit", (code) => ((exitCode = code), resolve())));

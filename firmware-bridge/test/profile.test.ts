@@ -59,10 +59,15 @@ describe("command block encoding", () => {
 
   it("round-trips every valid block", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 1, max: MAX_TOKEN }), fc.integer({ min: 0, max: 0xffff_ffff }), fc.integer({ min: 0, max: 10000 }), (token, seq, raw) => {
-        const block = { token, seq, setpoints: { position: raw / 100 } };
-        expect(decodeCommandBlock(encodeCommandBlock(block))).toEqual(block);
-      }),
+      fc.property(
+        fc.integer({ min: 1, max: MAX_TOKEN }),
+        fc.integer({ min: 0, max: 0xffff_ffff }),
+        fc.integer({ min: 0, max: 10000 }),
+        (token, seq, raw) => {
+          const block = { token, seq, setpoints: { position: raw / 100 } };
+          expect(decodeCommandBlock(encodeCommandBlock(block))).toEqual(block);
+        },
+      ),
     );
   });
 
@@ -176,7 +181,8 @@ describe("fenced profile: accept, refuse, duplicate", () => {
 });
 
 describe("fenced profile 1.1: FENCE_RAISE", () => {
-  const raise = (d: ReturnType<typeof fenced>, token: number, seq: number, now = 0) => d.device.write(FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), 16, now);
+  const raise = (d: ReturnType<typeof fenced>, token: number, seq: number, now = 0) =>
+    d.device.write(FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), 16, now);
 
   it("raises the fence to a greater (token, seq) without moving: target, setpoint and applied count stay", () => {
     const d = fenced();
@@ -190,7 +196,11 @@ describe("fenced profile 1.1: FENCE_RAISE", () => {
     expect(snap.raises).toEqual([{ token: 9, tokenText: "9", seq: 0, at: 10 }]);
     // Committed like a command block that carried the stored setpoint.
     expect(d.eeprom.data.get(1)).toMatchObject({ token: "9", seq: 0, target: 4200 });
-    expect(decodeCommandBlock(d.read(FENCED.COMMAND_START, FENCED.COMMAND_COUNT))).toEqual({ token: 9, seq: 0, setpoints: { position: 42 } });
+    expect(decodeCommandBlock(d.read(FENCED.COMMAND_START, FENCED.COMMAND_COUNT))).toEqual({
+      token: 9,
+      seq: 0,
+      setpoints: { position: 42 },
+    });
   });
 
   it("from then on refuses the older token's writes with 0x46, and takes the newer token's", () => {

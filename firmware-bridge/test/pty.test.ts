@@ -75,7 +75,11 @@ describe("fenced actuator over a pty, modbus-serial master", () => {
     const rb = await readback(m());
     expect(rb.fence).toMatchObject({ token: 12, seq: 1, lastRefusalReason: REFUSAL.NONE });
     expect(rb.readings).toMatchObject({ targetPosition: 37.5, actualPosition: 37.5, appliedCount: 1 });
-    expect(s().device(1).applied.map((a) => [a.token, a.seq, a.setpoints.position])).toEqual([[12, 1, 37.5]]);
+    expect(
+      s()
+        .device(1)
+        .applied.map((a) => [a.token, a.seq, a.setpoints.position]),
+    ).toEqual([[12, 1, 37.5]]);
   });
 
   it("refuses a stale block with exception 0x46 and leaves the reason readable", async () => {

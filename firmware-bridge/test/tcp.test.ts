@@ -3,7 +3,14 @@
  * profile over a transport, and line-rate emulation against the computed limit.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { FENCE_REFUSED_EXCEPTION, FENCED, PLAIN, decodePlainReadings, encodeCommandBlock, encodePlainSetpoint } from "../../packages/protocol/src/modbus-profile.ts";
+import {
+  FENCE_REFUSED_EXCEPTION,
+  FENCED,
+  PLAIN,
+  decodePlainReadings,
+  encodeCommandBlock,
+  encodePlainSetpoint,
+} from "../../packages/protocol/src/modbus-profile.ts";
 import { createPtyPair } from "../src/pty.ts";
 import type { PtyPair } from "../src/pty.ts";
 import { charsMs, t35Ms, transactionLimitMs } from "../../packages/protocol/src/rtu.ts";

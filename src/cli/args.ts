@@ -20,16 +20,21 @@ function longName(quoted: string, options: Options): string {
 }
 
 function explain(err: Error & { code?: string }, args: readonly string[], options: Options): string {
-  if (err.code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") return `unexpected argument "${/'([^']*)'/.exec(err.message)?.[1] ?? ""}": this command takes options only`;
+  if (err.code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL")
+    return `unexpected argument "${/'([^']*)'/.exec(err.message)?.[1] ?? ""}": this command takes options only`;
   const quoted = /'(-[^']*)'/.exec(err.message)?.[1];
   if (quoted === undefined) return err.message.split("\n")[0]!;
-  const typed = quoted.replace(/ <value>$/, "").split(", ").at(-1)!;
+  const typed = quoted
+    .replace(/ <value>$/, "")
+    .split(", ")
+    .at(-1)!;
   const name = longName(quoted, options);
   if (err.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION") return `unknown option "${typed}"`;
   if (/does not take an argument/.test(err.message)) return `${name} takes no value`;
   // "ambiguous": the next word starts with "-"; a negative number (`--seq -1`) is meant as the value.
   const next = args[args.findIndex((a) => a === typed || a === name) + 1];
-  if (/ambiguous/.test(err.message) && next !== undefined && /^-[\d.]/.test(next)) return `${name} needs a value; "${next}" starts with "-", so write ${name}=${next} if that is the value`;
+  if (/ambiguous/.test(err.message) && next !== undefined && /^-[\d.]/.test(next))
+    return `${name} needs a value; "${next}" starts with "-", so write ${name}=${next} if that is the value`;
   return `${name} needs a value`;
 }
 
@@ -39,7 +44,8 @@ export function parseCommandLine<O extends Options>(args: readonly string[], opt
     return parseArgs({ args: [...args], options, allowPositionals, strict: true });
   } catch (err) {
     const code = (err as { code?: unknown }).code;
-    if (typeof code === "string" && code.startsWith("ERR_PARSE_ARGS")) throw new ArgsError(explain(err as Error & { code: string }, args, options));
+    if (typeof code === "string" && code.startsWith("ERR_PARSE_ARGS"))
+      throw new ArgsError(explain(err as Error & { code: string }, args, options));
     throw err;
   }
 }

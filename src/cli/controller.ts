@@ -5,7 +5,15 @@
  */
 import { hostname } from "node:os";
 import type { ParseArgsConfig } from "node:util";
-import { DEFAULT_TTL_MS, FencegateClient, FencegateError, FencegateTimeoutError, HOLDER_PATTERN, withGatewayStatus, type ActuatorState } from "fencegate-client";
+import {
+  DEFAULT_TTL_MS,
+  FencegateClient,
+  FencegateError,
+  FencegateTimeoutError,
+  HOLDER_PATTERN,
+  withGatewayStatus,
+  type ActuatorState,
+} from "fencegate-client";
 import { loadConfigFile } from "../config/load.ts";
 import { ArgsError, parseCommandLine } from "./args.ts";
 import { SeqCounterError, SeqCounters, stateDir } from "./seq-counter.ts";
@@ -132,7 +140,8 @@ function need(ctx: Context, index: number, what: string): string {
 function integer(value: string | boolean | undefined, name: string, min = 0): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
-  if (typeof value !== "string" || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}`);
+  if (typeof value !== "string" || !/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min)
+    throw new UsageError(`--${name} must be an integer ≥ ${min}`);
   return n;
 }
 
@@ -153,7 +162,8 @@ function parseSet(pairs: readonly string[]): Record<string, number> {
   const set: Record<string, number> = {};
   for (const pair of pairs) {
     const m = /^([A-Za-z0-9_.-]+)=(.*)$/.exec(pair);
-    if (!m || !DECIMAL.test(m[2]!)) throw new UsageError(`"${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)`);
+    if (!m || !DECIMAL.test(m[2]!))
+      throw new UsageError(`"${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)`);
     // A command carries one value per point: which of two the operator meant is a guess.
     if (Object.hasOwn(set, m[1]!)) throw new UsageError(`${m[1]} is given twice (${m[1]}=${set[m[1]!]} and ${pair}): give each point once`);
     set[m[1]!] = Number(m[2]);
@@ -168,7 +178,12 @@ function formatState(s: ActuatorState): string {
     .join(" ");
   const faults = Object.entries(s.pointFaults ?? {}).map(([k, why]) => `${k} ${why}`);
   // Offline, the points are the last the device gave: say how old they are.
-  const age = s.online || s.pointsAgeMs === undefined ? "" : s.pointsAgeMs === null ? " (never read)" : ` (read ${(s.pointsAgeMs / 1000).toFixed(1)} s ago)`;
+  const age =
+    s.online || s.pointsAgeMs === undefined
+      ? ""
+      : s.pointsAgeMs === null
+        ? " (never read)"
+        : ` (read ${(s.pointsAgeMs / 1000).toFixed(1)} s ago)`;
   return [
     `${s.actuator}: ${s.online ? "online" : "OFFLINE"}`,
     ...(s.problem === undefined ? [] : [`  why    ${s.problem}`]),
@@ -183,7 +198,11 @@ function formatState(s: ActuatorState): string {
 function leaseTokenCommand(
   verb: "lease/renew" | "lease/release",
   summary: string,
-  report: (actuator: string, token: number, lease: { holder: string; token: number; ttlMs: number } | null) => [string, Record<string, unknown>],
+  report: (
+    actuator: string,
+    token: number,
+    lease: { holder: string; token: number; ttlMs: number } | null,
+  ) => [string, Record<string, unknown>],
 ): Command {
   const name = verb.replace("/", " ");
   return {
@@ -218,7 +237,10 @@ const COMMANDS: Record<string, Command> = {
       const client = await ctx.connect();
       const reply = await ctx.answered(client.request(actuator, "lease/acquire", { holder: client.holder, ttlMs }));
       const lease = reply.lease as { holder: string; token: number; ttlMs: number };
-      ctx.print(`${actuator}: lease granted to ${lease.holder}, token ${lease.token}, ttl ${lease.ttlMs} ms (renew before it runs out)`, { actuator, ...lease });
+      ctx.print(`${actuator}: lease granted to ${lease.holder}, token ${lease.token}, ttl ${lease.ttlMs} ms (renew before it runs out)`, {
+        actuator,
+        ...lease,
+      });
       return EXIT.OK;
     },
   },
@@ -226,7 +248,10 @@ const COMMANDS: Record<string, Command> = {
     `${actuator}: lease ${token} renewed for ${lease!.ttlMs} ms`,
     { actuator, ...lease },
   ]),
-  "lease release": leaseTokenCommand("lease/release", "give a lease back", (actuator, token) => [`${actuator}: lease ${token} released`, { actuator, token, released: true }]),
+  "lease release": leaseTokenCommand("lease/release", "give a lease back", (actuator, token) => [
+    `${actuator}: lease ${token} released`,
+    { actuator, token, released: true },
+  ]),
   send: {
     summary: "send a command under a lease's token",
     usage: "fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]",
@@ -252,7 +277,16 @@ const COMMANDS: Record<string, Command> = {
       const key = `${new URL(settings.url).host}/${settings.baseTopic}/${actuator} ${settings.holder} ${token}`;
       let seq = given ?? counters!.next(key);
       const client = await ctx.connect();
-      const send = () => ctx.answered(client.request(actuator, "command", { holder: client.holder, token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) }));
+      const send = () =>
+        ctx.answered(
+          client.request(actuator, "command", {
+            holder: client.holder,
+            token,
+            seq,
+            set,
+            ...(deadlineMs !== undefined ? { deadlineMs } : {}),
+          }),
+        );
       let reply;
       try {
         reply = await send();
@@ -260,12 +294,24 @@ const COMMANDS: Record<string, Command> = {
         // The counter's seq was used elsewhere under this holder and token (another machine, a
         // lost state file): nothing was applied; once more, above the fence.
         const fence = err instanceof FencegateError ? err.fence : undefined;
-        if (counters === null || !(err instanceof FencegateError) || !["STALE_SEQ", "DUPLICATE"].includes(err.code) || fence?.token !== token || fence.seq === null) throw err;
+        if (
+          counters === null ||
+          !(err instanceof FencegateError) ||
+          !["STALE_SEQ", "DUPLICATE"].includes(err.code) ||
+          fence?.token !== token ||
+          fence.seq === null
+        )
+          throw err;
         seq = counters.next(key, fence.seq + 1);
         reply = await send();
       }
       const applied = reply.applied as Record<string, number>;
-      ctx.print(`${actuator}: applied ${Object.entries(applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${token}, seq ${seq})`, { actuator, token, seq, applied });
+      ctx.print(
+        `${actuator}: applied ${Object.entries(applied)
+          .map(([k, v]) => `${k}=${v}`)
+          .join(" ")} (token ${token}, seq ${seq})`,
+        { actuator, token, seq, applied },
+      );
       return EXIT.OK;
     },
   },
@@ -300,7 +346,9 @@ const COMMANDS: Record<string, Command> = {
       await new Promise((r) => setTimeout(r, waitMs));
       await Promise.all([stop(), gateways.stop()]);
       // A gateway that is offline (stopped, or its last will) serves no lease, whatever its last state said.
-      const rows = [...states.values()].map((s) => withGatewayStatus(s, gateways.get(s.gateway))).sort((a, b) => a.actuator.localeCompare(b.actuator));
+      const rows = [...states.values()]
+        .map((s) => withGatewayStatus(s, gateways.get(s.gateway)))
+        .sort((a, b) => a.actuator.localeCompare(b.actuator));
       const table = [
         ["ACTUATOR", "ONLINE", "HOLDER", "TOKEN", "FENCE", "POINTS"],
         ...rows.map((s) => [
@@ -315,7 +363,17 @@ const COMMANDS: Record<string, Command> = {
         ]),
       ];
       const widths = table[0]!.map((_, i) => Math.max(...table.map((r) => r[i]!.length)));
-      const human = rows.length === 0 ? "no actuator states on this broker (is the daemon running? right --base?)" : table.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd()).join("\n");
+      const human =
+        rows.length === 0
+          ? "no actuator states on this broker (is the daemon running? right --base?)"
+          : table
+              .map((r) =>
+                r
+                  .map((c, i) => c.padEnd(widths[i]!))
+                  .join("  ")
+                  .trimEnd(),
+              )
+              .join("\n");
       ctx.print(human, { actuators: rows });
       return EXIT.OK;
     },
@@ -341,8 +399,20 @@ const COMMANDS: Record<string, Command> = {
         if (item.kind === "state") ctx.printItem(`[state] ${formatState(item.state).replace(/\n\s*/g, " | ")}`, item);
         else {
           const e = item.event;
-          const applied = e.applied && Object.entries(e.applied).map(([k, v]) => `${k}=${v}`).join(" ");
-          const detail = [applied, e.holder && `holder=${e.holder}`, e.token !== undefined && `token=${e.token}`, e.seq !== undefined && `seq=${e.seq}`, e.code && `code=${e.code}`].filter(Boolean).join(" ");
+          const applied =
+            e.applied &&
+            Object.entries(e.applied)
+              .map(([k, v]) => `${k}=${v}`)
+              .join(" ");
+          const detail = [
+            applied,
+            e.holder && `holder=${e.holder}`,
+            e.token !== undefined && `token=${e.token}`,
+            e.seq !== undefined && `seq=${e.seq}`,
+            e.code && `code=${e.code}`,
+          ]
+            .filter(Boolean)
+            .join(" ");
           ctx.printItem(`[${e.at}] ${(EVENT_WORDS[e.type] ?? e.type).padEnd(15)} ${detail}`, item);
         }
         if (count !== undefined && ++seen >= count) break;
@@ -356,7 +426,17 @@ const COMMANDS: Record<string, Command> = {
 const EVENT_WORDS: Readonly<Record<string, string>> = { rejected: "refused", "outcome-unknown": "outcome unknown" };
 
 function helpFor(name: string, cmd: Command): string {
-  return [`usage: ${cmd.usage}`, "", cmd.summary, "", "examples:", ...cmd.examples.map((e) => `  ${e}`), "", ...(cmd.notes ? [...cmd.notes, ""] : []), COMMON_HELP].join("\n");
+  return [
+    `usage: ${cmd.usage}`,
+    "",
+    cmd.summary,
+    "",
+    "examples:",
+    ...cmd.examples.map((e) => `  ${e}`),
+    "",
+    ...(cmd.notes ? [...cmd.notes, ""] : []),
+    COMMON_HELP,
+  ].join("\n");
 }
 
 /** A usage error in three lines: what is wrong, the usage line, where the rest is. */
@@ -365,20 +445,40 @@ function shortUsage(name: string, message: string, usage: string): string {
 }
 
 /** The options of these commands, by the wire fields the gateway names in INVALID_REQUEST. */
-const FLAG_OF_FIELD: Record<string, string> = { ttlMs: "--ttl-ms", deadlineMs: "--deadline-ms", seq: "--seq", token: "--token", holder: "--holder" };
+const FLAG_OF_FIELD: Record<string, string> = {
+  ttlMs: "--ttl-ms",
+  deadlineMs: "--deadline-ms",
+  seq: "--seq",
+  token: "--token",
+  holder: "--holder",
+};
 
 /** A reply as a sentence for people: the original outcome a DUPLICATE repeats. */
 function outcomeText(reply: unknown): string {
-  const r = reply as { ok?: boolean; applied?: Record<string, number>; token?: number; seq?: number; error?: { code?: string; message?: string } } | null;
-  if (r?.ok === true && r.applied) return `applied ${Object.entries(r.applied).map(([k, v]) => `${k}=${v}`).join(" ")} (token ${r.token}, seq ${r.seq})`;
+  const r = reply as {
+    ok?: boolean;
+    applied?: Record<string, number>;
+    token?: number;
+    seq?: number;
+    error?: { code?: string; message?: string };
+  } | null;
+  if (r?.ok === true && r.applied)
+    return `applied ${Object.entries(r.applied)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ")} (token ${r.token}, seq ${r.seq})`;
   if (r?.ok === false && r.error) return `refused ${r.error.code}: ${r.error.message}`;
   return JSON.stringify(reply);
 }
 
 function refusalText(err: FencegateError): string {
   // The gateway names its wire fields (ttlMs); the operator typed the CLI's flags (--ttl-ms).
-  const message = err.code === "INVALID_REQUEST" ? err.message.replace(/\b(ttlMs|deadlineMs|seq|token|holder)(?= must)/g, (f) => FLAG_OF_FIELD[f]!) : err.message;
-  const lines = [`${message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`];
+  const message =
+    err.code === "INVALID_REQUEST"
+      ? err.message.replace(/\b(ttlMs|deadlineMs|seq|token|holder)(?= must)/g, (f) => FLAG_OF_FIELD[f]!)
+      : err.message;
+  const lines = [
+    `${message}${err.lease ? ` (held by ${err.lease.holder}, token ${err.lease.token})` : ""}${err.fence ? ` [fence ${err.fence.token}/${err.fence.seq ?? "-"}]` : ""}`,
+  ];
   if (err.original !== undefined) lines.push(`  original: ${outcomeText(err.original)}`);
   return lines.join("\n");
 }
@@ -388,7 +488,13 @@ function groupHelp(group: string): string | null {
   const members = Object.entries(COMMANDS).filter(([name]) => name.startsWith(`${group} `));
   if (members.length === 0) return null;
   const width = Math.max(...members.map(([name]) => name.length));
-  return [`usage: fencegate ${group} <${members.map(([name]) => name.slice(group.length + 1)).join("|")}> ACTUATOR [options]`, "", ...members.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`), "", `Run \`fencegate ${group} <command> --help\` for its options and examples.`].join("\n");
+  return [
+    `usage: fencegate ${group} <${members.map(([name]) => name.slice(group.length + 1)).join("|")}> ACTUATOR [options]`,
+    "",
+    ...members.map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`),
+    "",
+    `Run \`fencegate ${group} <command> --help\` for its options and examples.`,
+  ].join("\n");
 }
 
 function resolveCommand(argv: readonly string[]): { name: string; rest: string[] } | null {
@@ -409,7 +515,9 @@ function brokerUrl(url: string, from: string): string {
     // not a URL at all: said below
   }
   if (parsed === null || !BROKER_PROTOCOLS.includes(parsed.protocol) || parsed.hostname === "") {
-    throw new UsageError(`${from} "${url.slice(0, 200)}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`);
+    throw new UsageError(
+      `${from} "${url.slice(0, 200)}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`,
+    );
   }
   return url;
 }
@@ -421,9 +529,14 @@ function connectionSettings(values: Record<string, string | boolean | undefined>
   const file = typeof values.config === "string" ? loadConfigFile(values.config) : undefined;
   const str = (v: string | boolean | undefined) => (typeof v === "string" ? v : undefined);
   const holder = str(values.holder) ?? env.FENCEGATE_HOLDER ?? `cli-${hostname().replace(/[^A-Za-z0-9._:-]/g, "-")}`;
-  if (!HOLDER_PATTERN.test(holder)) throw new UsageError(`holder "${holder}" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)`);
+  if (!HOLDER_PATTERN.test(holder))
+    throw new UsageError(`holder "${holder}" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)`);
   const url =
-    str(values.broker) !== undefined ? brokerUrl(str(values.broker)!, "--broker") : env.FENCEGATE_BROKER ? brokerUrl(env.FENCEGATE_BROKER, "FENCEGATE_BROKER") : (file?.mqtt.url ?? "mqtt://127.0.0.1:1883");
+    str(values.broker) !== undefined
+      ? brokerUrl(str(values.broker)!, "--broker")
+      : env.FENCEGATE_BROKER
+        ? brokerUrl(env.FENCEGATE_BROKER, "FENCEGATE_BROKER")
+        : (file?.mqtt.url ?? "mqtt://127.0.0.1:1883");
   return {
     url,
     defaultTtlMs: file?.leases.defaultTtlMs ?? DEFAULT_TTL_MS,
@@ -444,12 +557,21 @@ function refusedProtocol(err: unknown): boolean {
  * Connects with MQTT 5 unless told to use 3.1.1, and falls back to 3.1.1 by itself when the
  * broker refuses 5 (the embedded broker of `fencegate start`, older brokers).
  */
-async function connectNegotiating(settings: ReturnType<typeof connectionSettings>, mqtt3: boolean, timeoutMs: number): Promise<FencegateClient> {
+async function connectNegotiating(
+  settings: ReturnType<typeof connectionSettings>,
+  mqtt3: boolean,
+  timeoutMs: number,
+): Promise<FencegateClient> {
   const options = { ...settings, requestTimeoutMs: timeoutMs };
   const attempt = (protocolVersion: 4 | 5) =>
     Promise.race([
       FencegateClient.connect({ ...options, protocolVersion }),
-      new Promise<never>((_, reject) => setTimeout(() => reject(new FencegateTimeoutError(`cannot reach the broker at ${settings.url} within ${timeoutMs} ms`)), timeoutMs).unref()),
+      new Promise<never>((_, reject) =>
+        setTimeout(
+          () => reject(new FencegateTimeoutError(`cannot reach the broker at ${settings.url} within ${timeoutMs} ms`)),
+          timeoutMs,
+        ).unref(),
+      ),
     ]);
   if (mqtt3) return attempt(4);
   try {
@@ -468,7 +590,11 @@ export async function runController(argv: string[]): Promise<number> {
       console.log(group);
       return EXIT.OK;
     }
-    console.error(group !== null ? `fencegate ${argv[0]}: ${argv[1] === undefined ? "which one?" : `unknown command "${argv[1]}"`}\n${group}` : `fencegate: unknown command "${argv.join(" ")}". Run \`fencegate --help\` for the commands.`);
+    console.error(
+      group !== null
+        ? `fencegate ${argv[0]}: ${argv[1] === undefined ? "which one?" : `unknown command "${argv[1]}"`}\n${group}`
+        : `fencegate: unknown command "${argv.join(" ")}". Run \`fencegate --help\` for the commands.`,
+    );
     return EXIT.USAGE;
   }
   const cmd = COMMANDS[resolved.name]!;
@@ -510,7 +636,9 @@ export async function runController(argv: string[]): Promise<number> {
       );
       const slow = new Promise<"slow">((resolve) => setTimeout(() => resolve("slow"), NO_GATEWAY_MS).unref());
       if ((await Promise.race([settled, slow])) === "slow" && client !== null && !(await anyGatewayOnline(client))) {
-        throw new NoGatewayError(`no fencegate gateway is online on ${broker} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`);
+        throw new NoGatewayError(
+          `no fencegate gateway is online on ${broker} (nothing says online on ${client.base}/gateway/+/status): start the daemon, or check --broker and --base`,
+        );
       }
       return request;
     },
@@ -529,14 +657,30 @@ export async function runController(argv: string[]): Promise<number> {
       return EXIT.USAGE;
     }
     if (err instanceof FencegateError) {
-      if (json) console.log(JSON.stringify({ ok: false, error: { code: err.code, message: err.message.replace(/^[A-Z_]+: /, ""), fence: err.fence, lease: err.lease, original: err.original } }));
+      if (json)
+        console.log(
+          JSON.stringify({
+            ok: false,
+            error: {
+              code: err.code,
+              message: err.message.replace(/^[A-Z_]+: /, ""),
+              fence: err.fence,
+              lease: err.lease,
+              original: err.original,
+            },
+          }),
+        );
       else console.error(refusalText(err));
       return CODE_CLASS[err.code] ?? EXIT.INTERNAL;
     }
     const code = (err as { code?: string }).code;
     if (err instanceof FencegateTimeoutError || err instanceof NoGatewayError || code === "ECONNREFUSED") {
-      const message = code === "ECONNREFUSED" ? `cannot reach the broker at ${broker}: connection refused (is it running? set --broker or FENCEGATE_BROKER)` : (err as Error).message;
-      if (json) console.log(JSON.stringify({ ok: false, error: { code: err instanceof NoGatewayError ? "NO_GATEWAY" : "TIMEOUT", message } }));
+      const message =
+        code === "ECONNREFUSED"
+          ? `cannot reach the broker at ${broker}: connection refused (is it running? set --broker or FENCEGATE_BROKER)`
+          : (err as Error).message;
+      if (json)
+        console.log(JSON.stringify({ ok: false, error: { code: err instanceof NoGatewayError ? "NO_GATEWAY" : "TIMEOUT", message } }));
       else console.error(`no answer: ${message}`);
       return EXIT.UNAVAILABLE;
     }

@@ -37,7 +37,16 @@ exit codes: 0 stopped cleanly, 64 usage, 74 journal missing (see fencegate journ
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseCommandLine(argv, { config: { type: "string", short: "c" }, "log-level": { type: "string" }, "log-format": { type: "string" }, help: { type: "boolean", short: "h" } }, false));
+    ({ values } = parseCommandLine(
+      argv,
+      {
+        config: { type: "string", short: "c" },
+        "log-level": { type: "string" },
+        "log-format": { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+      false,
+    ));
   } catch (err) {
     console.error(`fencegate daemon: ${(err as Error).message}\n${HELP.split("\n")[0]}  (\`fencegate daemon --help\` for the options)`);
     return EXIT.USAGE;
@@ -48,7 +57,9 @@ export async function main(argv: string[]): Promise<number> {
   }
   const format = values["log-format"];
   if (!values.config || (format !== undefined && !LOG_FORMATS.includes(format as LogFormat))) {
-    console.error(`fencegate daemon: ${values.config ? "--log-format is pretty or json" : "--config is required"}\nusage: fencegate daemon --config FILE [--log-level LEVEL] [--log-format pretty|json]`);
+    console.error(
+      `fencegate daemon: ${values.config ? "--log-format is pretty or json" : "--config is required"}\nusage: fencegate daemon --config FILE [--log-level LEVEL] [--log-format pretty|json]`,
+    );
     return EXIT.USAGE;
   }
   return runDaemon(values.config, values["log-level"], format as LogFormat | undefined);
@@ -84,13 +95,21 @@ const LOG_FLUSH_MS = 200;
  * Runs the daemon on a loaded configuration until SIGTERM/SIGINT or a fatal journal error.
  * `configPath` (when it came from a file) completes the commands a refusal tells one to run.
  */
-export async function serve(config: GatewayConfig, logLevel?: string, configPath?: string, logFormat: LogFormat = process.stdout.isTTY ? "pretty" : "json"): Promise<number> {
+export async function serve(
+  config: GatewayConfig,
+  logLevel?: string,
+  configPath?: string,
+  logFormat: LogFormat = process.stdout.isTTY ? "pretty" : "json",
+): Promise<number> {
   // JSON: buffered, asynchronous stdout: lines leave in writes of LOG_CHUNK_BYTES, or every
   // LOG_FLUSH_MS, so a log line for every decision costs no write of its own under load
   // (each write is a hop to libuv's thread pool: 13 % of the daemon's CPU at 16 busy
   // actuators when every line had one). Flushed before returning. Pretty: a person at a
   // terminal, one line at a time as it happens.
-  const destination = logFormat === "pretty" ? prettyDestination(process.stdout) : pino.destination({ dest: 1, sync: false, minLength: LOG_CHUNK_BYTES, periodicFlush: LOG_FLUSH_MS });
+  const destination =
+    logFormat === "pretty"
+      ? prettyDestination(process.stdout)
+      : pino.destination({ dest: 1, sync: false, minLength: LOG_CHUNK_BYTES, periodicFlush: LOG_FLUSH_MS });
   const log = pino({ level: logLevel ?? config.logging.level }, destination);
   const flushed = (code: number) => new Promise<number>((resolve) => log.flush(() => resolve(code)));
   let daemon;
@@ -102,11 +121,26 @@ export async function serve(config: GatewayConfig, logLevel?: string, configPath
       return flushed(EXIT.CONFIG);
     }
     if (err instanceof LeftGroupError) {
-      log.fatal({ code: "JOURNAL_IN_GROUP", journal: err.journalPath, group: err.group, ...(configPath !== undefined ? { leaveGroup: `fencegate journal leave-group --config ${configPath}` } : {}) }, err.message);
+      log.fatal(
+        {
+          code: "JOURNAL_IN_GROUP",
+          journal: err.journalPath,
+          group: err.group,
+          ...(configPath !== undefined ? { leaveGroup: `fencegate journal leave-group --config ${configPath}` } : {}),
+        },
+        err.message,
+      );
       return flushed(EXIT.CONFIG);
     }
     if (err instanceof JournalError) {
-      const command = configPath === undefined ? {} : err.code === "JOURNAL_LOST_HISTORY" ? { recover: `fencegate journal recover --config ${configPath}` } : err.code === "JOURNAL_MISSING" ? { init: `fencegate journal init --config ${configPath}` } : {};
+      const command =
+        configPath === undefined
+          ? {}
+          : err.code === "JOURNAL_LOST_HISTORY"
+            ? { recover: `fencegate journal recover --config ${configPath}` }
+            : err.code === "JOURNAL_MISSING"
+              ? { init: `fencegate journal init --config ${configPath}` }
+              : {};
       log.fatal({ code: err.code, journal: config.journal.path, ...command }, err.message);
       return flushed(EXIT.JOURNAL);
     }

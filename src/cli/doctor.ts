@@ -31,7 +31,16 @@ const LABEL: Record<Status, string> = { ok: "ok", info: "info", warn: "WARN", fa
 export async function main(argv: string[]): Promise<number> {
   let values;
   try {
-    ({ values } = parseCommandLine(argv, { config: { type: "string", short: "c" }, json: { type: "boolean" }, strict: { type: "boolean" }, help: { type: "boolean", short: "h" } }, false));
+    ({ values } = parseCommandLine(
+      argv,
+      {
+        config: { type: "string", short: "c" },
+        json: { type: "boolean" },
+        strict: { type: "boolean" },
+        help: { type: "boolean", short: "h" },
+      },
+      false,
+    ));
   } catch (err) {
     console.error(`fencegate doctor: ${(err as Error).message}\n${HELP.split("\n")[0]}  (\`fencegate doctor --help\` for the options)`);
     return EXIT.USAGE;
@@ -61,6 +70,9 @@ function render(config: string, findings: readonly Finding[], failures: number, 
     if (f.fix) lines.push(`${" ".repeat(6 + width + 2)}fix: ${f.fix}`);
   }
   const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
-  lines.push("", failures === 0 && warnings === 0 ? "All checks passed." : `${plural(failures, "problem")}, ${plural(warnings, "warning")}.`);
+  lines.push(
+    "",
+    failures === 0 && warnings === 0 ? "All checks passed." : `${plural(failures, "problem")}, ${plural(warnings, "warning")}.`,
+  );
   return lines.join("\n");
 }

@@ -6,7 +6,14 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { ArgsError, parseCommandLine } from "./args.ts";
-import { AuditError, AuditReader, MAX_AUDIT_PAGE, OUTCOME_FILTERS, type AuditEntry, type OutcomeFilter } from "../adapters/journal/audit.ts";
+import {
+  AuditError,
+  AuditReader,
+  MAX_AUDIT_PAGE,
+  OUTCOME_FILTERS,
+  type AuditEntry,
+  type OutcomeFilter,
+} from "../adapters/journal/audit.ts";
 import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../packages/protocol/src/index.ts";
 import { ConfigError } from "../config/problems.ts";
 import { loadConfigFile } from "../config/load.ts";
@@ -83,9 +90,11 @@ function parse(argv: string[]): LogArgs | "help" {
   }
   const { values, positionals } = parsed;
   if (values.help) return "help";
-  if (positionals.length !== 1) throw new UsageError(positionals.length === 0 ? "name the actuator" : `one actuator at a time, got ${positionals.length}`);
+  if (positionals.length !== 1)
+    throw new UsageError(positionals.length === 0 ? "name the actuator" : `one actuator at a time, got ${positionals.length}`);
   const actuator = positionals[0]!;
-  if (!ACTUATOR_PATTERN.test(actuator)) throw new UsageError(`"${actuator.slice(0, 80)}" is not an actuator id: 1 to 64 lower-case letters, digits, "-" and "_"`);
+  if (!ACTUATOR_PATTERN.test(actuator))
+    throw new UsageError(`"${actuator.slice(0, 80)}" is not an actuator id: 1 to 64 lower-case letters, digits, "-" and "_"`);
   if (values.holder !== undefined && !HOLDER_PATTERN.test(values.holder)) {
     throw new UsageError('--holder must be 1 to 128 letters, digits, ".", "_", ":" or "-"');
   }
@@ -95,7 +104,10 @@ function parse(argv: string[]): LogArgs | "help" {
   let sinceMs: number | undefined;
   if (values.since !== undefined) {
     const since = parseSince(values.since, Date.now());
-    if (since === null) throw new UsageError(`--since must be a date and time (2026-12-01T08:00:00Z) or an age (90s, 15m, 2h, 7d), got "${values.since.slice(0, 40)}"`);
+    if (since === null)
+      throw new UsageError(
+        `--since must be a date and time (2026-12-01T08:00:00Z) or an age (90s, 15m, 2h, 7d), got "${values.since.slice(0, 40)}"`,
+      );
     sinceMs = since;
   }
   const limitText = values.limit ?? String(DEFAULT_LIMIT);
@@ -108,7 +120,15 @@ function parse(argv: string[]): LogArgs | "help" {
     if (configFile === undefined) throw new UsageError("say where the journal is: --config FILE (the daemon's) or --journal FILE");
     journal = loadConfigFile(configFile).journal.path; // ConfigError: reported by main
   }
-  return { actuator, journal, holder: values.holder, outcome: values.outcome as OutcomeFilter | undefined, sinceMs, limit, json: values.json ?? false };
+  return {
+    actuator,
+    journal,
+    holder: values.holder,
+    outcome: values.outcome as OutcomeFilter | undefined,
+    sinceMs,
+    limit,
+    json: values.json ?? false,
+  };
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -143,7 +163,13 @@ export async function main(argv: string[]): Promise<number> {
       console.error(`fencegate log: no actuator "${args.actuator}" in ${args.journal} (on record: ${known.join(", ") || "none"}).`);
       return EXIT.LOG_UNKNOWN_ACTUATOR;
     }
-    const page = reader.page({ actuator: args.actuator, holder: args.holder, outcome: args.outcome, sinceMs: args.sinceMs, limit: args.limit });
+    const page = reader.page({
+      actuator: args.actuator,
+      holder: args.holder,
+      outcome: args.outcome,
+      sinceMs: args.sinceMs,
+      limit: args.limit,
+    });
     if (args.json) console.log(JSON.stringify(page.entries.map(jsonEntry)));
     else printTable(page.entries);
     if (page.nextBefore !== null) console.error(`(older commands match too: raise --limit, at most ${MAX_AUDIT_PAGE}, or narrow --since)`);
@@ -197,7 +223,15 @@ function outcomeText(e: AuditEntry): string {
 }
 
 function jsonEntry(e: AuditEntry) {
-  return { id: e.id, at: e.atMs === null ? null : new Date(e.atMs).toISOString(), holder: e.holder, token: e.token, seq: e.seq, set: e.set, outcome: e.outcome };
+  return {
+    id: e.id,
+    at: e.atMs === null ? null : new Date(e.atMs).toISOString(),
+    holder: e.holder,
+    token: e.token,
+    seq: e.seq,
+    set: e.set,
+    outcome: e.outcome,
+  };
 }
 
 function printTable(entries: readonly AuditEntry[]): void {
@@ -208,7 +242,9 @@ function printTable(entries: readonly AuditEntry[]): void {
       e.holder,
       String(e.token),
       String(e.seq),
-      Object.entries(e.set).map(([k, v]) => `${k}=${v}`).join(" "),
+      Object.entries(e.set)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(" "),
       outcomeText(e),
     ]),
   ];

@@ -35,7 +35,8 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
     load: async () => (await import("./doctor.ts")).main,
   },
   journal: {
-    summary: "journal init|recover|leave-group --config FILE: create the journal; token floors above anything ever granted, after lost history; start alone a journal that served in a gateway group",
+    summary:
+      "journal init|recover|leave-group --config FILE: create the journal; token floors above anything ever granted, after lost history; start alone a journal that served in a gateway group",
     load: async () => (await import("./journal.ts")).main,
     sqlite: true,
   },
@@ -57,7 +58,14 @@ const SUBCOMMANDS: Record<string, { summary: string; load: () => Promise<Subcomm
 
 function usage(): string {
   const lines = Object.entries(SUBCOMMANDS).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return ["usage: fencegate <command> [options]", "", "commands:", ...lines, "", "Run `fencegate <command> --help` for a command's options and examples; `fencegate --version` for the version."].join("\n");
+  return [
+    "usage: fencegate <command> [options]",
+    "",
+    "commands:",
+    ...lines,
+    "",
+    "Run `fencegate <command> --help` for a command's options and examples; `fencegate --version` for the version.",
+  ].join("\n");
 }
 
 function version(): string {

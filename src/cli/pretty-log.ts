@@ -36,7 +36,14 @@ export function prettyLine(json: string, colour = false): string {
     .map(([k, v]) => `${k}=${value(k === "err" && stack !== null ? err!.message : v)}`)
     .join(" ");
   const paint = colour && COLOURS[level] !== undefined ? (s: string) => `${COLOURS[level]}${s}\x1b[0m` : (s: string) => s;
-  const under = stack === null ? "" : stack.split("\n").slice(1).map((l) => `    ${l.trim()}\n`).join("");
+  const under =
+    stack === null
+      ? ""
+      : stack
+          .split("\n")
+          .slice(1)
+          .map((l) => `    ${l.trim()}\n`)
+          .join("");
   return `${time} ${paint(label)} ${entry.msg ?? ""}${fields ? `  ${fields}` : ""}\n${under}`;
 }
 

@@ -31,7 +31,9 @@ export class SeqCounters {
       text = readFileSync(this.file, "utf8");
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === "ENOENT") return new Map();
-      throw new SeqCounterError(`cannot read the seq counters in ${this.file} (${(err as Error).message}): pass --seq N, or set FENCEGATE_STATE_DIR`);
+      throw new SeqCounterError(
+        `cannot read the seq counters in ${this.file} (${(err as Error).message}): pass --seq N, or set FENCEGATE_STATE_DIR`,
+      );
     }
     try {
       const parsed = JSON.parse(text) as unknown;
@@ -51,7 +53,9 @@ export class SeqCounters {
       writeFileSync(temp, `${JSON.stringify(Object.fromEntries(entries))}\n`, { mode: 0o600 });
       renameSync(temp, this.file);
     } catch (err) {
-      throw new SeqCounterError(`cannot keep the seq counter in ${this.file} (${(err as Error).message}): pass --seq N, or set FENCEGATE_STATE_DIR to a writable directory`);
+      throw new SeqCounterError(
+        `cannot keep the seq counter in ${this.file} (${(err as Error).message}): pass --seq N, or set FENCEGATE_STATE_DIR to a writable directory`,
+      );
     }
   }
 

@@ -77,7 +77,9 @@ function withWritableState(config: GatewayConfig): GatewayConfig {
 /** A port the configuration names is taken by another process. */
 class PortInUseError extends Error {
   constructor(setting: string, host: string, port: number, what: string) {
-    super(`fencegate: port ${port} on ${host} (${setting}, for ${what}) is in use by another process: stop that process (another \`fencegate start\`?) or choose another ${setting}.`);
+    super(
+      `fencegate: port ${port} on ${host} (${setting}, for ${what}) is in use by another process: stop that process (another \`fencegate start\`?) or choose another ${setting}.`,
+    );
   }
 }
 
@@ -117,7 +119,9 @@ export async function main(argv: string[]): Promise<number> {
       : `fencegate: using the broker at ${broker.url}`,
   );
   const cli = existsSync(join(PACKAGE_ROOT, "src")) ? "npx fencegate" : "fencegate"; // a checkout, or the installed package
-  console.error(`fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`${cli} status\` in another terminal.`);
+  console.error(
+    `fencegate: simulated actuators: ${config.actuators.map((a) => a.id).join(", ")}. Try \`${cli} status\` in another terminal.`,
+  );
   try {
     return await serve({ ...config, mqtt: { ...config.mqtt, url: broker.url, protocolVersion: broker.protocolVersion } });
   } finally {

@@ -33,7 +33,11 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   if (doc.errors.length > 0) {
     const problems = doc.errors.map((e): ConfigProblem => {
       const at = e.linePos?.[0];
-      return { path: "", message: `YAML syntax error: ${firstLine(e.message)}`, ...(at === undefined ? {} : { line: at.line, column: at.col }) };
+      return {
+        path: "",
+        message: `YAML syntax error: ${firstLine(e.message)}`,
+        ...(at === undefined ? {} : { line: at.line, column: at.col }),
+      };
     });
     throw new ConfigError(problems, options.file);
   }
@@ -59,7 +63,8 @@ export function loadConfigText(text: string, options: { readonly file?: string }
   const secret = (segments: PathSegment[], file: string | undefined, what: string, minChars = 1): string | undefined => {
     const value = need(segments, file)?.replace(/\r?\n$/, "");
     if (value === "") fileProblems.push(locate({ segments, message: `${file ?? ""} is empty; put the ${what} in it.` }, doc, lines));
-    else if (value !== undefined && value.length < minChars) fileProblems.push(locate({ segments, message: `The ${what} in ${file ?? ""} must be at least ${minChars} characters.` }, doc, lines));
+    else if (value !== undefined && value.length < minChars)
+      fileProblems.push(locate({ segments, message: `The ${what} in ${file ?? ""} must be at least ${minChars} characters.` }, doc, lines));
     return value;
   };
   const password = secret(["mqtt", "passwordFile"], config.mqtt.passwordFile, "password");
@@ -76,7 +81,17 @@ export function loadConfigText(text: string, options: { readonly file?: string }
     ...config,
     mqtt: password === undefined ? config.mqtt : { ...config.mqtt, password },
     ...(groupPassword === undefined || config.group === undefined ? {} : { group: { ...config.group, password: groupPassword } }),
-    metrics: auth === undefined ? config.metrics : { ...config.metrics, auth: { ...auth, ...(httpToken !== undefined ? { token: httpToken } : {}), ...(httpPassword !== undefined ? { password: httpPassword } : {}) } },
+    metrics:
+      auth === undefined
+        ? config.metrics
+        : {
+            ...config.metrics,
+            auth: {
+              ...auth,
+              ...(httpToken !== undefined ? { token: httpToken } : {}),
+              ...(httpPassword !== undefined ? { password: httpPassword } : {}),
+            },
+          },
   };
 }
 
@@ -99,7 +114,10 @@ function sameSerialDevice(config: GatewayConfig): Finding[] {
     const other = byDevice.get(device);
     if (other === undefined) byDevice.set(device, { bus, path: b.path });
     else if (other.path !== b.path) {
-      found.push({ segments: ["buses", bus, "path"], message: `Serial port "${b.path}" is ${device}, the same device as bus "${other.bus}"'s "${other.path}"; put all units on that port under one bus.` });
+      found.push({
+        segments: ["buses", bus, "path"],
+        message: `Serial port "${b.path}" is ${device}, the same device as bus "${other.bus}"'s "${other.path}"; put all units on that port under one bus.`,
+      });
     }
   }
   return found;
@@ -107,7 +125,10 @@ function sameSerialDevice(config: GatewayConfig): Finding[] {
 
 /** In file order, as the reader will fix them (stable: same line keeps the reported order). */
 function byLine(problems: ConfigProblem[]): ConfigProblem[] {
-  return problems.map((p, i) => ({ p, i })).sort((a, b) => (a.p.line ?? 0) - (b.p.line ?? 0) || a.i - b.i).map(({ p }) => p);
+  return problems
+    .map((p, i) => ({ p, i }))
+    .sort((a, b) => (a.p.line ?? 0) - (b.p.line ?? 0) || a.i - b.i)
+    .map(({ p }) => p);
 }
 
 /** The problem with its path formatted and the line of the nearest node that exists. */

@@ -37,7 +37,9 @@ export interface Finding {
   readonly message: string;
 }
 
-export function check(value: unknown): { readonly ok: true; readonly config: GatewayConfig } | { readonly ok: false; readonly found: Finding[] } {
+export function check(
+  value: unknown,
+): { readonly ok: true; readonly config: GatewayConfig } | { readonly ok: false; readonly found: Finding[] } {
   if (value === undefined || value === null) {
     return { ok: false, found: [{ segments: [], message: "The configuration is empty; start from one of the examples in config/." }] };
   }
@@ -75,7 +77,8 @@ function message(issue: z.core.$ZodRawIssue, knownKeys: Map<string, readonly str
       if (issue.input === undefined) return "Required: this setting is missing.";
       return `Must be ${expectedName(issue.expected)}, not ${describe(issue.input)}.`;
     case "invalid_value": {
-      if (issue.input === undefined) return `Required: this setting is missing; it is ${oneOf(issue.values.map((v) => JSON.stringify(v)))}.`;
+      if (issue.input === undefined)
+        return `Required: this setting is missing; it is ${oneOf(issue.values.map((v) => JSON.stringify(v)))}.`;
       const values = issue.values.map((v) => JSON.stringify(v));
       const guess = typeof issue.input === "string" ? closest(issue.input, issue.values.map(String)) : undefined;
       return `Must be ${oneOf(values)}, not ${describe(issue.input)}${guess === undefined ? "" : ` (did you mean "${guess}"?)`}.`;
@@ -88,7 +91,7 @@ function message(issue: z.core.$ZodRawIssue, knownKeys: Map<string, readonly str
       return undefined;
     case "unrecognized_keys": {
       const shape = (issue.inst as { _zod?: { def?: { shape?: object } } } | undefined)?._zod?.def?.shape;
-      if (shape !== undefined) knownKeys.set(formatPath(issue.path as PathSegment[] | undefined ?? []), Object.keys(shape));
+      if (shape !== undefined) knownKeys.set(formatPath((issue.path as PathSegment[] | undefined) ?? []), Object.keys(shape));
       return undefined;
     }
     case "invalid_key":
@@ -160,7 +163,10 @@ export function resolvePaths(config: GatewayConfig, baseDir: string): GatewayCon
           group: {
             ...group,
             passwordFile: opt(group.passwordFile),
-            tls: groupTls === undefined ? undefined : { ...groupTls, caFile: opt(groupTls.caFile), certFile: opt(groupTls.certFile), keyFile: opt(groupTls.keyFile) },
+            tls:
+              groupTls === undefined
+                ? undefined
+                : { ...groupTls, caFile: opt(groupTls.caFile), certFile: opt(groupTls.certFile), keyFile: opt(groupTls.keyFile) },
           },
         }),
     mqtt: {
@@ -171,7 +177,11 @@ export function resolvePaths(config: GatewayConfig, baseDir: string): GatewayCon
     journal: { ...config.journal, path: abs(config.journal.path) },
     metrics: {
       ...config.metrics,
-      auth: config.metrics.auth && { ...config.metrics.auth, tokenFile: opt(config.metrics.auth.tokenFile), passwordFile: opt(config.metrics.auth.passwordFile) },
+      auth: config.metrics.auth && {
+        ...config.metrics.auth,
+        tokenFile: opt(config.metrics.auth.tokenFile),
+        passwordFile: opt(config.metrics.auth.passwordFile),
+      },
     },
   };
 }

@@ -62,13 +62,18 @@ function finite(value: unknown): value is number {
 
 /** `{minMs, maxMs}`: exponential backoff between attempts, from minMs doubling up to maxMs. */
 function backoff(defaults: { minMs: number; maxMs: number }) {
-  return z.strictObject({
-    minMs: ms(10, 600_000).default(defaults.minMs),
-    maxMs: ms(10, 600_000).default(defaults.maxMs),
-  })
+  return z
+    .strictObject({
+      minMs: ms(10, 600_000).default(defaults.minMs),
+      maxMs: ms(10, 600_000).default(defaults.maxMs),
+    })
     .superRefine((b, ctx) => {
       if (finite(b.minMs) && finite(b.maxMs) && b.minMs > b.maxMs) {
-        ctx.addIssue({ code: "custom", path: ["maxMs"], message: `Must be at least minMs (${b.minMs}); the backoff grows from minMs up to maxMs.` });
+        ctx.addIssue({
+          code: "custom",
+          path: ["maxMs"],
+          message: `Must be at least minMs (${b.minMs}); the backoff grows from minMs up to maxMs.`,
+        });
       }
     }, ALWAYS)
     .prefault({});
@@ -100,77 +105,93 @@ const mqttUrl = z.string().superRefine((raw, ctx) => {
     ctx.addIssue({ code: "custom", message: "Must name the broker's host, e.g. mqtt://broker.local:1883." });
   }
   if (url.username !== "" || url.password !== "") {
-    ctx.addIssue({ code: "custom", message: "Must not contain credentials; use mqtt.username and mqtt.password or mqtt.passwordFile instead." });
+    ctx.addIssue({
+      code: "custom",
+      message: "Must not contain credentials; use mqtt.username and mqtt.password or mqtt.passwordFile instead.",
+    });
   }
   if ((url.pathname !== "" && url.pathname !== "/") || url.search !== "" || url.hash !== "") {
     ctx.addIssue({ code: "custom", message: "Must be only scheme, host and port, e.g. mqtts://broker.local:8883." });
   }
 });
 
-const tls = z.strictObject({
-  /** PEM file with the CA(s) that signed the broker's certificate; default: the system's CAs. */
-  caFile: text("path of the CA certificate file").optional(),
-  /** Client certificate and key (PEM) for brokers that authenticate clients by certificate. */
-  certFile: text("path of the client certificate file").optional(),
-  keyFile: text("path of the client key file").optional(),
-  rejectUnauthorized: z.boolean().default(true),
-}).superRefine((t, ctx) => {
-  if ((t.certFile === undefined) !== (t.keyFile === undefined)) {
-    const missing = t.certFile === undefined ? "certFile" : "keyFile";
-    ctx.addIssue({ code: "custom", path: [missing], message: "certFile and keyFile go together: give both or neither." });
-  }
-}, ALWAYS);
+const tls = z
+  .strictObject({
+    /** PEM file with the CA(s) that signed the broker's certificate; default: the system's CAs. */
+    caFile: text("path of the CA certificate file").optional(),
+    /** Client certificate and key (PEM) for brokers that authenticate clients by certificate. */
+    certFile: text("path of the client certificate file").optional(),
+    keyFile: text("path of the client key file").optional(),
+    rejectUnauthorized: z.boolean().default(true),
+  })
+  .superRefine((t, ctx) => {
+    if ((t.certFile === undefined) !== (t.keyFile === undefined)) {
+      const missing = t.certFile === undefined ? "certFile" : "keyFile";
+      ctx.addIssue({ code: "custom", path: [missing], message: "certFile and keyFile go together: give both or neither." });
+    }
+  }, ALWAYS);
 
-const mqtt = z.strictObject({
-  url: mqttUrl,
-  /** Default: `fencegate-<gatewayId>`. Two clients with one id knock each other off the broker. */
-  clientId: text("MQTT client id", 128).optional(),
-  /** 5 (default; replies use v5 response topics when the request has one) or 4 (3.1.1). */
-  protocolVersion: z.union([z.literal(5), z.literal(4)]).default(5),
-  baseTopic: topicLevel.default("fencegate"),
-  username: text("MQTT user name", 256).optional(),
-  password: text("MQTT password", 1024).optional(),
-  /** A file holding only the password; relative to the configuration file's directory. */
-  passwordFile: text("path of the password file").optional(),
-  tls: tls.optional(),
-  /** Allow a username or password over plain mqtt://. Only for a trusted, isolated network. */
-  allowCleartextCredentials: z.boolean().default(false),
-  keepaliveS: intIn(5, 3600, " of seconds").default(30),
-  reconnect: backoff({ minMs: 1000, maxMs: 30_000 }),
-  /** Larger requests are refused with INVALID_REQUEST. The API's contract is 16 KiB. */
-  maxPayloadBytes: intIn(1024, 1_048_576, " of bytes").default(16_384),
-  /**
-   * The rate budgets of everyone's requests but the live lease holder's, per actuator
-   * (docs/mqtt-api.md): per requester (its holder) and all together. Over them, OVERLOADED.
-   */
-  requestBudget: z
-    .strictObject({
-      perRequesterPerS: intIn(1, 1_000_000, " of requests a second").default(50),
-      perRequesterBurst: intIn(1, 1_000_000, " of requests").default(100),
-      perActuatorPerS: intIn(1, 1_000_000, " of requests a second").default(500),
-      perActuatorBurst: intIn(1, 1_000_000, " of requests").default(1000),
-    })
-    .prefault({}),
-}).superRefine((m, ctx) => {
-  const hasPassword = m.password !== undefined || m.passwordFile !== undefined;
-  if (m.password !== undefined && m.passwordFile !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
-  }
-  const scheme = typeof m.url === "string" ? m.url.split(":", 1)[0]?.toLowerCase() : undefined;
-  if (scheme === "mqtt" && (hasPassword || m.username !== undefined) && m.allowCleartextCredentials !== true) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["url"],
-      message: "Credentials would cross the network unencrypted over mqtt://; use mqtts:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
-    });
-  }
-  if (scheme === "mqtt" && m.tls !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["tls"], message: "TLS settings have no effect with an mqtt:// url; use mqtts:// or remove tls." });
-  }
-  if (m.protocolVersion === 4 && hasPassword && m.username === undefined) {
-    ctx.addIssue({ code: "custom", path: ["username"], message: "MQTT 3.1.1 (protocolVersion 4) cannot send a password without a username; add username." });
-  }
-}, ALWAYS);
+const mqtt = z
+  .strictObject({
+    url: mqttUrl,
+    /** Default: `fencegate-<gatewayId>`. Two clients with one id knock each other off the broker. */
+    clientId: text("MQTT client id", 128).optional(),
+    /** 5 (default; replies use v5 response topics when the request has one) or 4 (3.1.1). */
+    protocolVersion: z.union([z.literal(5), z.literal(4)]).default(5),
+    baseTopic: topicLevel.default("fencegate"),
+    username: text("MQTT user name", 256).optional(),
+    password: text("MQTT password", 1024).optional(),
+    /** A file holding only the password; relative to the configuration file's directory. */
+    passwordFile: text("path of the password file").optional(),
+    tls: tls.optional(),
+    /** Allow a username or password over plain mqtt://. Only for a trusted, isolated network. */
+    allowCleartextCredentials: z.boolean().default(false),
+    keepaliveS: intIn(5, 3600, " of seconds").default(30),
+    reconnect: backoff({ minMs: 1000, maxMs: 30_000 }),
+    /** Larger requests are refused with INVALID_REQUEST. The API's contract is 16 KiB. */
+    maxPayloadBytes: intIn(1024, 1_048_576, " of bytes").default(16_384),
+    /**
+     * The rate budgets of everyone's requests but the live lease holder's, per actuator
+     * (docs/mqtt-api.md): per requester (its holder) and all together. Over them, OVERLOADED.
+     */
+    requestBudget: z
+      .strictObject({
+        perRequesterPerS: intIn(1, 1_000_000, " of requests a second").default(50),
+        perRequesterBurst: intIn(1, 1_000_000, " of requests").default(100),
+        perActuatorPerS: intIn(1, 1_000_000, " of requests a second").default(500),
+        perActuatorBurst: intIn(1, 1_000_000, " of requests").default(1000),
+      })
+      .prefault({}),
+  })
+  .superRefine((m, ctx) => {
+    const hasPassword = m.password !== undefined || m.passwordFile !== undefined;
+    if (m.password !== undefined && m.passwordFile !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+    }
+    const scheme = typeof m.url === "string" ? m.url.split(":", 1)[0]?.toLowerCase() : undefined;
+    if (scheme === "mqtt" && (hasPassword || m.username !== undefined) && m.allowCleartextCredentials !== true) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["url"],
+        message:
+          "Credentials would cross the network unencrypted over mqtt://; use mqtts:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
+      });
+    }
+    if (scheme === "mqtt" && m.tls !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["tls"],
+        message: "TLS settings have no effect with an mqtt:// url; use mqtts:// or remove tls.",
+      });
+    }
+    if (m.protocolVersion === 4 && hasPassword && m.username === undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["username"],
+        message: "MQTT 3.1.1 (protocolVersion 4) cannot send a password without a username; add username.",
+      });
+    }
+  }, ALWAYS);
 
 // ---------------------------------------------------------------------------------------
 // Buses
@@ -216,22 +237,24 @@ export function quietAfterTimeoutMs(timeoutMs: number): number {
   return Math.max(20, timeoutMs / 2);
 }
 
-const buses = z
-  .record(id("bus name"), bus)
-  .superRefine((all, ctx) => {
-    if (!isRecord(all)) return;
-    const byPath = new Map<string, string>();
-    for (const [name, b] of Object.entries(all)) {
-      if (!isRecord(b) || b.type !== "rtu" || typeof b.path !== "string") continue;
-      const other = byPath.get(b.path);
-      if (other !== undefined) {
-        ctx.addIssue({ code: "custom", path: [name, "path"], message: `Serial port "${b.path}" is already used by bus "${other}"; put all units on that port under one bus.` });
-      } else byPath.set(b.path, name);
-    }
-    if (Object.keys(all).length === 0) {
-      ctx.addIssue({ code: "custom", message: "Define at least one bus." });
-    }
-  }, ALWAYS);
+const buses = z.record(id("bus name"), bus).superRefine((all, ctx) => {
+  if (!isRecord(all)) return;
+  const byPath = new Map<string, string>();
+  for (const [name, b] of Object.entries(all)) {
+    if (!isRecord(b) || b.type !== "rtu" || typeof b.path !== "string") continue;
+    const other = byPath.get(b.path);
+    if (other !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: [name, "path"],
+        message: `Serial port "${b.path}" is already used by bus "${other}"; put all units on that port under one bus.`,
+      });
+    } else byPath.set(b.path, name);
+  }
+  if (Object.keys(all).length === 0) {
+    ctx.addIssue({ code: "custom", message: "Define at least one bus." });
+  }
+}, ALWAYS);
 
 // ---------------------------------------------------------------------------------------
 // Points and actuators
@@ -264,35 +287,44 @@ function round(x: number): number {
   return Number.parseFloat(x.toPrecision(12));
 }
 
-const point = z.strictObject({
-  /** 0-based register address (as on the wire), not the 40001-style number. */
-  register: intIn(0, 65_535),
-  /** holding (FC03 read, FC06/FC16 write) or input (FC04, read-only). */
-  table: z.enum(["holding", "input"]).default("holding"),
-  type: z.enum(POINT_TYPES).default("u16"),
-  /** For 32-bit types: which register holds the high word. "big": the first. */
-  wordOrder: z.enum(["big", "little"]).default("big"),
-  /** value = raw * scale, e.g. 0.01 for a percentage sent as hundredths. */
-  scale: z
-    .number()
-    .refine((n) => Number.isFinite(n) && n > 0, { error: "Must be a number greater than 0 (value = raw × scale)." })
-    .default(1),
-  /** Limits in engineering units; a command outside them is refused with OUT_OF_RANGE. */
-  min: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
-  max: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
-  writable: z.boolean().default(false),
-  /** For display only, e.g. "%", "°C", "Pa". */
-  unit: z.string().max(16, { error: "Must be at most 16 characters." }).optional(),
-})
+const point = z
+  .strictObject({
+    /** 0-based register address (as on the wire), not the 40001-style number. */
+    register: intIn(0, 65_535),
+    /** holding (FC03 read, FC06/FC16 write) or input (FC04, read-only). */
+    table: z.enum(["holding", "input"]).default("holding"),
+    type: z.enum(POINT_TYPES).default("u16"),
+    /** For 32-bit types: which register holds the high word. "big": the first. */
+    wordOrder: z.enum(["big", "little"]).default("big"),
+    /** value = raw * scale, e.g. 0.01 for a percentage sent as hundredths. */
+    scale: z
+      .number()
+      .refine((n) => Number.isFinite(n) && n > 0, { error: "Must be a number greater than 0 (value = raw × scale)." })
+      .default(1),
+    /** Limits in engineering units; a command outside them is refused with OUT_OF_RANGE. */
+    min: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
+    max: z.number().refine(Number.isFinite, { error: "Must be a finite number." }).optional(),
+    writable: z.boolean().default(false),
+    /** For display only, e.g. "%", "°C", "Pa". */
+    unit: z.string().max(16, { error: "Must be at most 16 characters." }).optional(),
+  })
   .superRefine((p, ctx) => {
     const type = (POINT_TYPES as readonly unknown[]).includes(p.type) ? (p.type as PointType) : undefined;
     if (p.writable === true && p.table === "input") {
-      ctx.addIssue({ code: "custom", path: ["writable"], message: "Input registers cannot be written; use table: holding or set writable: false." });
+      ctx.addIssue({
+        code: "custom",
+        path: ["writable"],
+        message: "Input registers cannot be written; use table: holding or set writable: false.",
+      });
     }
     if (p.writable === true) {
       for (const bound of ["min", "max"] as const) {
         if (p[bound] === undefined) {
-          ctx.addIssue({ code: "custom", path: [bound], message: `A writable point needs ${bound}: the ${bound === "min" ? "lowest" : "highest"} value a controller may command.` });
+          ctx.addIssue({
+            code: "custom",
+            path: [bound],
+            message: `A writable point needs ${bound}: the ${bound === "min" ? "lowest" : "highest"} value a controller may command.`,
+          });
         }
       }
     }
@@ -300,18 +332,31 @@ const point = z.strictObject({
       ctx.addIssue({ code: "custom", path: ["max"], message: `Must be at least min (${p.min}).` });
     }
     if (type === "f32" && finite(p.scale) && p.scale !== 1) {
-      ctx.addIssue({ code: "custom", path: ["scale"], message: "An f32 register pair carries the engineering value itself and is never scaled; remove scale (or set 1)." });
+      ctx.addIssue({
+        code: "custom",
+        path: ["scale"],
+        message: "An f32 register pair carries the engineering value itself and is never scaled; remove scale (or set 1).",
+      });
     }
-    const scaleFits = type === undefined || type === "f32" || !finite(p.scale) || p.scale <= 0 || representableRange(type, p.scale).every(Number.isFinite);
+    const scaleFits =
+      type === undefined || type === "f32" || !finite(p.scale) || p.scale <= 0 || representableRange(type, p.scale).every(Number.isFinite);
     if (!scaleFits) {
-      ctx.addIssue({ code: "custom", path: ["scale"], message: `A ${String(p.type)} with scale ${p.scale} overflows: its raw range times the scale is not a finite number; use a smaller scale.` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["scale"],
+        message: `A ${String(p.type)} with scale ${p.scale} overflows: its raw range times the scale is not a finite number; use a smaller scale.`,
+      });
     }
     if (type !== undefined && type !== "f32" && finite(p.scale) && p.scale > 0 && scaleFits) {
       const [lo, hi] = representableRange(type, p.scale);
       for (const bound of ["min", "max"] as const) {
         const v = p[bound];
         if (finite(v) && (v < lo || v > hi)) {
-          ctx.addIssue({ code: "custom", path: [bound], message: `A ${type} with scale ${p.scale} can only hold ${lo} to ${hi}; change ${bound}, type or scale.` });
+          ctx.addIssue({
+            code: "custom",
+            path: [bound],
+            message: `A ${type} with scale ${p.scale} can only hold ${lo} to ${hi}; change ${bound}, type or scale.`,
+          });
         }
       }
     }
@@ -338,48 +383,56 @@ const expiry = z
   ])
   .prefault({ policy: "hold" });
 
-const actuator = z.strictObject({
-  /** The `A` in the MQTT topics: unique on this gateway. */
-  id: id("actuator id"),
-  /** The name of a bus under `buses`. */
-  bus: z.string(),
-  /** Modbus unit (slave) id on that bus. */
-  unit: intIn(1, 247),
-  /**
-   * fenced: the firmware checks (token, seq) itself and refuses stale writes (DEVICE_REJECTED);
-   * plain: an ordinary Modbus device, fenced by the gateway only.
-   */
-  profile: z.enum(["fenced", "plain"]),
-  pollIntervalMs: ms(50, HOUR_MS).default(1000),
-  points: z.record(
-    z.string().regex(CONFIGURED_POINT_NAME_PATTERN, { error: 'Point names are 1 to 64 letters, digits, "-" or "_", starting with a letter.' }),
-    point,
-  ),
-  expiry,
-  /**
-   * Each grant carries a per-lease secret; commands, renewals and releases must carry an
-   * HMAC-SHA256 of their fields with it (packages/protocol/src/signature.ts), or get BAD_SIGNATURE.
-   */
-  authenticatedCommands: z.boolean().default(false),
-  /**
-   * Plain profile: how one-register points are written. fc16 (Write Multiple Registers,
-   * default) or fc06 (Write Single Register) for devices that lack FC16; two-register
-   * points always take FC16. The fenced profile's command block is always one FC16.
-   */
-  writeFunction: z.enum(["fc16", "fc06"]).default("fc16"),
-}).superRefine((a, ctx) => {
-  if (a.writeFunction === "fc06" && a.profile === "fenced") {
-    ctx.addIssue({ code: "custom", path: ["writeFunction"], message: "A fenced actuator's command block is always one FC16; writeFunction: fc06 is for plain devices only." });
-  }
-  const points = isRecord(a.points) ? a.points : undefined;
-  if (points !== undefined && Object.keys(points).length === 0) {
-    ctx.addIssue({ code: "custom", path: ["points"], message: "An actuator needs at least one point." });
-  }
-  if (points !== undefined) checkRegisterOverlap(points, ctx);
-  if (points !== undefined && isRecord(a.expiry) && a.expiry.policy === "safe" && isRecord(a.expiry.set)) {
-    checkSafeValues(a.expiry.set, points, ctx);
-  }
-}, ALWAYS);
+const actuator = z
+  .strictObject({
+    /** The `A` in the MQTT topics: unique on this gateway. */
+    id: id("actuator id"),
+    /** The name of a bus under `buses`. */
+    bus: z.string(),
+    /** Modbus unit (slave) id on that bus. */
+    unit: intIn(1, 247),
+    /**
+     * fenced: the firmware checks (token, seq) itself and refuses stale writes (DEVICE_REJECTED);
+     * plain: an ordinary Modbus device, fenced by the gateway only.
+     */
+    profile: z.enum(["fenced", "plain"]),
+    pollIntervalMs: ms(50, HOUR_MS).default(1000),
+    points: z.record(
+      z
+        .string()
+        .regex(CONFIGURED_POINT_NAME_PATTERN, { error: 'Point names are 1 to 64 letters, digits, "-" or "_", starting with a letter.' }),
+      point,
+    ),
+    expiry,
+    /**
+     * Each grant carries a per-lease secret; commands, renewals and releases must carry an
+     * HMAC-SHA256 of their fields with it (packages/protocol/src/signature.ts), or get BAD_SIGNATURE.
+     */
+    authenticatedCommands: z.boolean().default(false),
+    /**
+     * Plain profile: how one-register points are written. fc16 (Write Multiple Registers,
+     * default) or fc06 (Write Single Register) for devices that lack FC16; two-register
+     * points always take FC16. The fenced profile's command block is always one FC16.
+     */
+    writeFunction: z.enum(["fc16", "fc06"]).default("fc16"),
+  })
+  .superRefine((a, ctx) => {
+    if (a.writeFunction === "fc06" && a.profile === "fenced") {
+      ctx.addIssue({
+        code: "custom",
+        path: ["writeFunction"],
+        message: "A fenced actuator's command block is always one FC16; writeFunction: fc06 is for plain devices only.",
+      });
+    }
+    const points = isRecord(a.points) ? a.points : undefined;
+    if (points !== undefined && Object.keys(points).length === 0) {
+      ctx.addIssue({ code: "custom", path: ["points"], message: "An actuator needs at least one point." });
+    }
+    if (points !== undefined) checkRegisterOverlap(points, ctx);
+    if (points !== undefined && isRecord(a.expiry) && a.expiry.policy === "safe" && isRecord(a.expiry.set)) {
+      checkSafeValues(a.expiry.set, points, ctx);
+    }
+  }, ALWAYS);
 
 type Ctx = z.core.$RefinementCtx<unknown>;
 
@@ -395,7 +448,11 @@ function checkRegisterOverlap(points: Record<string, unknown>, ctx: Ctx): void {
     const clash = seen.find((s) => s.table === table && s.first <= last && first <= s.last);
     if (clash) {
       const span = clash.first === clash.last ? `register ${clash.first}` : `registers ${clash.first}-${clash.last}`;
-      ctx.addIssue({ code: "custom", path: ["points", name, "register"], message: `Overlaps point "${clash.name}" (${table} ${span}); give each point its own registers.` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["points", name, "register"],
+        message: `Overlaps point "${clash.name}" (${table} ${span}); give each point its own registers.`,
+      });
     }
     seen.push({ name, table, first, last });
   }
@@ -405,7 +462,11 @@ function checkRegisterOverlap(points: Record<string, unknown>, ctx: Ctx): void {
 function checkSafeValues(set: Record<string, unknown>, points: Record<string, unknown>, ctx: Ctx): void {
   const names = Object.keys(points);
   if (Object.keys(set).length === 0) {
-    ctx.addIssue({ code: "custom", path: ["expiry", "set"], message: "A safe expiry policy needs at least one point value; or use policy: hold." });
+    ctx.addIssue({
+      code: "custom",
+      path: ["expiry", "set"],
+      message: "A safe expiry policy needs at least one point value; or use policy: hold.",
+    });
   }
   for (const [name, value] of Object.entries(set)) {
     const path = ["expiry", "set", name];
@@ -430,12 +491,13 @@ function checkSafeValues(set: Record<string, unknown>, points: Record<string, un
 // ---------------------------------------------------------------------------------------
 // Leases, commands and the rest
 
-const leases = z.strictObject({
-  minTtlMs: ms(100, HOUR_MS).default(1000),
-  maxTtlMs: ms(100, HOUR_MS).default(300_000),
-  /** Advertised to controllers as a sensible ttlMs; each acquire still names its own. */
-  defaultTtlMs: ms(100, HOUR_MS).default(10_000),
-})
+const leases = z
+  .strictObject({
+    minTtlMs: ms(100, HOUR_MS).default(1000),
+    maxTtlMs: ms(100, HOUR_MS).default(300_000),
+    /** Advertised to controllers as a sensible ttlMs; each acquire still names its own. */
+    defaultTtlMs: ms(100, HOUR_MS).default(10_000),
+  })
   .superRefine((l, ctx) => {
     if (finite(l.minTtlMs) && finite(l.maxTtlMs) && l.minTtlMs > l.maxTtlMs) {
       ctx.addIssue({ code: "custom", path: ["maxTtlMs"], message: `Must be at least minTtlMs (${l.minTtlMs}).` });
@@ -448,23 +510,24 @@ const leases = z.strictObject({
   }, ALWAYS)
   .prefault({});
 
-const commands = z.strictObject({
-  /** How long a command may wait before DEADLINE_EXCEEDED, when the request gives no deadlineMs. */
-  defaultDeadlineMs: ms(10, HOUR_MS).default(DEFAULT_DEADLINE_MS),
-  /** The largest deadlineMs a request may ask for. */
-  maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
-  /**
-   * The gateway's own safe-value write (expiry policy "safe") is retried until the device
-   * confirms it or a newer lease supersedes it: after minMs, doubling up to maxMs between attempts.
-   */
-  safeWriteRetry: backoff({ minMs: 250, maxMs: 10_000 }),
-  /** Obsolete, accepted so that older files still load: the safe write no longer gives up at a deadline (safeWriteRetry). */
-  safeWriteDeadlineMs: ms(10, HOUR_MS).optional(),
-  /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
-  queueLimit: intIn(1, 1024).default(16),
-  /** Accepted commands remembered per actuator, to answer retries with DUPLICATE. */
-  recentLimit: intIn(1, 10_000).default(64),
-})
+const commands = z
+  .strictObject({
+    /** How long a command may wait before DEADLINE_EXCEEDED, when the request gives no deadlineMs. */
+    defaultDeadlineMs: ms(10, HOUR_MS).default(DEFAULT_DEADLINE_MS),
+    /** The largest deadlineMs a request may ask for. */
+    maxDeadlineMs: ms(10, HOUR_MS).default(60_000),
+    /**
+     * The gateway's own safe-value write (expiry policy "safe") is retried until the device
+     * confirms it or a newer lease supersedes it: after minMs, doubling up to maxMs between attempts.
+     */
+    safeWriteRetry: backoff({ minMs: 250, maxMs: 10_000 }),
+    /** Obsolete, accepted so that older files still load: the safe write no longer gives up at a deadline (safeWriteRetry). */
+    safeWriteDeadlineMs: ms(10, HOUR_MS).optional(),
+    /** Commands waiting behind the one at the device; beyond this: OVERLOADED. */
+    queueLimit: intIn(1, 1024).default(16),
+    /** Accepted commands remembered per actuator, to answer retries with DUPLICATE. */
+    recentLimit: intIn(1, 10_000).default(64),
+  })
   .superRefine((c, ctx) => {
     if (finite(c.defaultDeadlineMs) && finite(c.maxDeadlineMs) && c.defaultDeadlineMs > c.maxDeadlineMs) {
       ctx.addIssue({ code: "custom", path: ["defaultDeadlineMs"], message: `Must be at most maxDeadlineMs (${c.maxDeadlineMs}).` });
@@ -472,35 +535,40 @@ const commands = z.strictObject({
   }, ALWAYS)
   .prefault({});
 
-const journal = z.strictObject({
-  /** The SQLite journal; relative to the configuration file's directory. */
-  path: text("journal file path").default("/var/lib/fencegate/journal.db"),
-  /**
-   * Start a fresh journal when none is there. Off: a missing journal (an unmounted disk)
-   * stops the daemon, and `fencegate journal init` creates one (docs/deploy.md §7). Only the
-   * embedded demo configuration sets it.
-   */
-  createIfMissing: z.boolean().default(false),
-  /**
-   * With several actuators busy, how long a commit that finds the disk idle may wait for
-   * their records to share its fdatasync; at most half the recent fdatasync time.
-   */
-  gatherMaxMs: ms(0, 50).default(2),
-  /**
-   * Commands' records (intent, outcome) are an audit trail committed in the background: a
-   * record waits at most auditLagMs, or until auditLagRecords are waiting, for its commit.
-   * What a crash can lose is at most that much of the trail (never a grant).
-   */
-  auditLagMs: ms(1, 5_000).default(200),
-  auditLagRecords: intIn(1, 100_000).default(256),
-  /** Records not yet durable at which new commands are refused (OVERLOADED) until the disk catches up. */
-  auditQueueLimit: intIn(16, 1_000_000).default(8192),
-  /** A commit not durable this long after it was sent means a stalled disk: the daemon stops (exit 74). */
-  commitStallMs: ms(100, 600_000).default(10_000),
-})
+const journal = z
+  .strictObject({
+    /** The SQLite journal; relative to the configuration file's directory. */
+    path: text("journal file path").default("/var/lib/fencegate/journal.db"),
+    /**
+     * Start a fresh journal when none is there. Off: a missing journal (an unmounted disk)
+     * stops the daemon, and `fencegate journal init` creates one (docs/deploy.md §7). Only the
+     * embedded demo configuration sets it.
+     */
+    createIfMissing: z.boolean().default(false),
+    /**
+     * With several actuators busy, how long a commit that finds the disk idle may wait for
+     * their records to share its fdatasync; at most half the recent fdatasync time.
+     */
+    gatherMaxMs: ms(0, 50).default(2),
+    /**
+     * Commands' records (intent, outcome) are an audit trail committed in the background: a
+     * record waits at most auditLagMs, or until auditLagRecords are waiting, for its commit.
+     * What a crash can lose is at most that much of the trail (never a grant).
+     */
+    auditLagMs: ms(1, 5_000).default(200),
+    auditLagRecords: intIn(1, 100_000).default(256),
+    /** Records not yet durable at which new commands are refused (OVERLOADED) until the disk catches up. */
+    auditQueueLimit: intIn(16, 1_000_000).default(8192),
+    /** A commit not durable this long after it was sent means a stalled disk: the daemon stops (exit 74). */
+    commitStallMs: ms(100, 600_000).default(10_000),
+  })
   .superRefine((j, ctx) => {
     if (finite(j.auditLagRecords) && finite(j.auditQueueLimit) && j.auditLagRecords > j.auditQueueLimit) {
-      ctx.addIssue({ code: "custom", path: ["auditLagRecords"], message: `Must be at most auditQueueLimit (${j.auditQueueLimit}): a commit must start before new commands are refused.` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["auditLagRecords"],
+        message: `Must be at most auditQueueLimit (${j.auditQueueLimit}): a commit must start before new commands are refused.`,
+      });
     }
     if (finite(j.auditLagMs) && finite(j.commitStallMs) && j.auditLagMs >= j.commitStallMs) {
       ctx.addIssue({ code: "custom", path: ["auditLagMs"], message: `Must be below commitStallMs (${j.commitStallMs}).` });
@@ -508,30 +576,48 @@ const journal = z.strictObject({
   }, ALWAYS)
   .prefault({});
 
-const logging = z.strictObject({
-  level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
-}).prefault({});
+const logging = z
+  .strictObject({
+    level: z.enum(["trace", "debug", "info", "warn", "error", "fatal"]).default("info"),
+  })
+  .prefault({});
 
 /** Credentials for the HTTP port: a token, or a user name and password. */
-const httpAuth = z.strictObject({
-  /** Prometheus sends it as `Authorization: Bearer <token>`; a browser takes it as the password. */
-  token: z.string().min(16, { error: "Must be at least 16 characters: it is all that stands between the network and the page." }).max(1024, { error: "Must be at most 1024 characters." }).optional(),
-  /** A file holding only the token; relative to the configuration file's directory. */
-  tokenFile: text("path of the token file").optional(),
-  username: z.string().regex(/^[^:\s]{1,64}$/, { error: "Must be 1 to 64 characters without \":\" or spaces." }).optional(),
-  password: z.string().min(12, { error: "Must be at least 12 characters." }).max(1024, { error: "Must be at most 1024 characters." }).optional(),
-  /** A file holding only the password; relative to the configuration file's directory. */
-  passwordFile: text("path of the password file").optional(),
-}).superRefine((a, ctx) => {
-  const token = a.token !== undefined || a.tokenFile !== undefined;
-  const password = a.password !== undefined || a.passwordFile !== undefined;
-  if (a.token !== undefined && a.tokenFile !== undefined) ctx.addIssue({ code: "custom", path: ["tokenFile"], message: "Give either token or tokenFile, not both." });
-  if (a.password !== undefined && a.passwordFile !== undefined) ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
-  if (token && (password || a.username !== undefined)) ctx.addIssue({ code: "custom", message: "Give either a token or a username and password, not both." });
-  else if (!token && !(password && a.username !== undefined)) {
-    ctx.addIssue({ code: "custom", message: "Give a token (or tokenFile), or a username with a password (or passwordFile)." });
-  }
-}, ALWAYS);
+const httpAuth = z
+  .strictObject({
+    /** Prometheus sends it as `Authorization: Bearer <token>`; a browser takes it as the password. */
+    token: z
+      .string()
+      .min(16, { error: "Must be at least 16 characters: it is all that stands between the network and the page." })
+      .max(1024, { error: "Must be at most 1024 characters." })
+      .optional(),
+    /** A file holding only the token; relative to the configuration file's directory. */
+    tokenFile: text("path of the token file").optional(),
+    username: z
+      .string()
+      .regex(/^[^:\s]{1,64}$/, { error: 'Must be 1 to 64 characters without ":" or spaces.' })
+      .optional(),
+    password: z
+      .string()
+      .min(12, { error: "Must be at least 12 characters." })
+      .max(1024, { error: "Must be at most 1024 characters." })
+      .optional(),
+    /** A file holding only the password; relative to the configuration file's directory. */
+    passwordFile: text("path of the password file").optional(),
+  })
+  .superRefine((a, ctx) => {
+    const token = a.token !== undefined || a.tokenFile !== undefined;
+    const password = a.password !== undefined || a.passwordFile !== undefined;
+    if (a.token !== undefined && a.tokenFile !== undefined)
+      ctx.addIssue({ code: "custom", path: ["tokenFile"], message: "Give either token or tokenFile, not both." });
+    if (a.password !== undefined && a.passwordFile !== undefined)
+      ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+    if (token && (password || a.username !== undefined))
+      ctx.addIssue({ code: "custom", message: "Give either a token or a username and password, not both." });
+    else if (!token && !(password && a.username !== undefined)) {
+      ctx.addIssue({ code: "custom", message: "Give a token (or tokenFile), or a username with a password (or passwordFile)." });
+    }
+  }, ALWAYS);
 
 /** 127.0.0.0/8, ::1 (also bracketed or IPv4-mapped) and localhost: reachable from this machine only. */
 export function isLoopbackHost(host: string): boolean {
@@ -539,34 +625,41 @@ export function isLoopbackHost(host: string): boolean {
   return h === "localhost" || h === "::1" || /^127(\.\d{1,3}){3}$/.test(h) || /^::ffff:127(\.\d{1,3}){3}$/.test(h);
 }
 
-const metrics = z.strictObject({
-  enabled: z.boolean().default(true),
-  /** Prometheus scrape endpoint, /healthz and the status page; loopback by default. */
-  host: text("address to listen on", 253).default("127.0.0.1"),
-  port: intIn(1, 65_535).default(9464),
-  /** The live status page at / on this port (read-only). */
-  statusPage: z.strictObject({
+const metrics = z
+  .strictObject({
     enabled: z.boolean().default(true),
-    /** Live feeds (browser tabs) served at once; past it a new one is refused with 503. */
-    maxEventStreams: intIn(1, 256).default(16),
-  }).prefault({}),
-  /** Credentials every request must carry; what lets the port leave loopback with the status page on. */
-  auth: httpAuth.optional(),
-  /**
-   * Without credentials, the endpoint tells whoever reaches it the actuator ids, error rates
-   * and bus states: another address than loopback takes this explicit choice, and the status
-   * page off.
-   */
-  allowNonLoopback: z.boolean().default(false),
-  /**
-   * Host names the port answers for besides IP addresses, `localhost` and `host` (a name
-   * that reaches it through DNS or a proxy); any other `Host` gets 421: DNS rebinding.
-   */
-  hostNames: z
-    .array(z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$/, { error: "Must be a host name: letters, digits, '.' and '-', at most 253 characters." }))
-    .max(32, { error: "At most 32 host names." })
-    .default([]),
-})
+    /** Prometheus scrape endpoint, /healthz and the status page; loopback by default. */
+    host: text("address to listen on", 253).default("127.0.0.1"),
+    port: intIn(1, 65_535).default(9464),
+    /** The live status page at / on this port (read-only). */
+    statusPage: z
+      .strictObject({
+        enabled: z.boolean().default(true),
+        /** Live feeds (browser tabs) served at once; past it a new one is refused with 503. */
+        maxEventStreams: intIn(1, 256).default(16),
+      })
+      .prefault({}),
+    /** Credentials every request must carry; what lets the port leave loopback with the status page on. */
+    auth: httpAuth.optional(),
+    /**
+     * Without credentials, the endpoint tells whoever reaches it the actuator ids, error rates
+     * and bus states: another address than loopback takes this explicit choice, and the status
+     * page off.
+     */
+    allowNonLoopback: z.boolean().default(false),
+    /**
+     * Host names the port answers for besides IP addresses, `localhost` and `host` (a name
+     * that reaches it through DNS or a proxy); any other `Host` gets 421: DNS rebinding.
+     */
+    hostNames: z
+      .array(
+        z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$/, {
+          error: "Must be a host name: letters, digits, '.' and '-', at most 253 characters.",
+        }),
+      )
+      .max(32, { error: "At most 32 host names." })
+      .default([]),
+  })
   .superRefine((m, ctx) => {
     if (typeof m.host !== "string" || isLoopbackHost(m.host) || m.enabled === false || m.auth !== undefined) return;
     if (m.allowNonLoopback !== true) {
@@ -585,10 +678,12 @@ const metrics = z.strictObject({
   }, ALWAYS)
   .prefault({});
 
-const shutdown = z.strictObject({
-  /** On SIGTERM: how long to let queued and in-flight commands finish before exiting. */
-  drainTimeoutMs: ms(0, 60_000).default(5000),
-}).prefault({});
+const shutdown = z
+  .strictObject({
+    /** On SIGTERM: how long to let queued and in-flight commands finish before exiting. */
+    drainTimeoutMs: ms(0, 60_000).default(5000),
+  })
+  .prefault({});
 
 // ---------------------------------------------------------------------------------------
 // Gateway group (hot standby on etcd)
@@ -598,84 +693,128 @@ const etcdUrl = z.string().superRefine((raw, ctx) => {
   try {
     url = new URL(raw);
   } catch {
-    ctx.addIssue({ code: "custom", message: `"${raw}" is not a URL; write it as https://host:2379 (or http:// on a trusted isolated network).` });
+    ctx.addIssue({
+      code: "custom",
+      message: `"${raw}" is not a URL; write it as https://host:2379 (or http:// on a trusted isolated network).`,
+    });
     return;
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") {
-    ctx.addIssue({ code: "custom", message: `Must start with https:// or http://, e.g. https://${raw.replace(/^[a-z]+:\/\//, "")}; etcd's client port speaks HTTP.` });
+    ctx.addIssue({
+      code: "custom",
+      message: `Must start with https:// or http://, e.g. https://${raw.replace(/^[a-z]+:\/\//, "")}; etcd's client port speaks HTTP.`,
+    });
     return;
   }
   if (url.hostname === "") ctx.addIssue({ code: "custom", message: "Must name the etcd member's host, e.g. https://etcd-1.local:2379." });
-  if (url.username !== "" || url.password !== "") ctx.addIssue({ code: "custom", message: "Must not contain credentials; use group.username and group.password or group.passwordFile." });
-  if ((url.pathname !== "" && url.pathname !== "/") || url.search !== "" || url.hash !== "") ctx.addIssue({ code: "custom", message: "Must be only scheme, host and port, e.g. https://etcd-1.local:2379." });
+  if (url.username !== "" || url.password !== "")
+    ctx.addIssue({ code: "custom", message: "Must not contain credentials; use group.username and group.password or group.passwordFile." });
+  if ((url.pathname !== "" && url.pathname !== "/") || url.search !== "" || url.hash !== "")
+    ctx.addIssue({ code: "custom", message: "Must be only scheme, host and port, e.g. https://etcd-1.local:2379." });
 });
 
 /**
  * Off when absent: a single gateway needs no etcd. With it, two or more gateways with the
  * same actuators form a group: one is active, the others stand by (docs/gateway-group.md).
  */
-const group = z.strictObject({
-  /** Names the group's keys in etcd (`/fencegate/<name>/...`): the same on every gateway of the group. */
-  name: id("group name"),
-  /** Every etcd member's client URL; three members (two gateways and a witness) survive the loss of one. */
-  endpoints: z.array(etcdUrl).min(1, { error: "Give at least one etcd endpoint (three members: two gateways and a witness)." }).max(9),
-  tls: tls.optional(),
-  username: text("etcd user name", 256).optional(),
-  password: text("etcd password", 1024).optional(),
-  /** A file holding only the password; relative to the configuration file's directory. */
-  passwordFile: text("path of the etcd password file").optional(),
-  /** Allow a password over plain http://. Only for a trusted, isolated network. */
-  allowCleartextCredentials: z.boolean().default(false),
-  /** The etcd lease behind the leader key, in whole seconds: failover takes about this long. */
-  leaseTtlMs: ms(2000, 60_000).refine((n) => n % 1000 === 0, { error: "Must be whole seconds (a multiple of 1000): etcd leases count in seconds." }).default(7000),
-  /** The active gateway stops all device I/O this long before its etcd lease can have expired. */
-  selfFenceMarginMs: ms(100, 30_000).default(1000),
-  /** One etcd request, over every endpoint it tries. */
-  requestTimeoutMs: ms(100, 10_000).default(1000),
-  /** The etcd members' --election-timeout (etcd's default 1000): the lease must outlast an election (see below). */
-  etcdElectionTimeoutMs: ms(50, 50_000).default(1000),
-  /**
-   * Plain (unfenced) devices in a group are protected only by the deposed gateway's
-   * self-fencing, which rests on timing; they are refused unless this says the operator accepts it.
-   */
-  acceptPlainDevices: z.boolean().default(false),
-}).superRefine((g, ctx) => {
-  if (g.password !== undefined && g.passwordFile !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
-  }
-  const hasPassword = g.password !== undefined || g.passwordFile !== undefined;
-  if (hasPassword && g.username === undefined) {
-    ctx.addIssue({ code: "custom", path: ["username"], message: "etcd authentication needs a user name with the password; add username." });
-  }
-  if (g.username !== undefined && !hasPassword) {
-    ctx.addIssue({ code: "custom", path: ["password"], message: "etcd authentication needs a password with the user name; add password or passwordFile." });
-  }
-  const endpoints = Array.isArray(g.endpoints) ? g.endpoints.filter((e): e is string => typeof e === "string") : [];
-  const schemes = new Set(endpoints.map((e) => e.split(":", 1)[0]?.toLowerCase()).filter((scheme) => scheme === "http" || scheme === "https"));
-  if (schemes.size > 1) {
-    ctx.addIssue({ code: "custom", path: ["endpoints"], message: "Use one scheme for every endpoint: all https:// or all http://." });
-  }
-  if (schemes.has("http") && (hasPassword || g.username !== undefined) && g.allowCleartextCredentials !== true) {
-    ctx.addIssue({
-      code: "custom",
-      path: ["endpoints"],
-      message: "The etcd password would cross the network unencrypted over http://; use https:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
-    });
-  }
-  if (schemes.has("http") && g.tls !== undefined) {
-    ctx.addIssue({ code: "custom", path: ["tls"], message: "TLS settings have no effect with http:// endpoints; use https:// or remove tls." });
-  }
-  if (finite(g.leaseTtlMs) && finite(g.selfFenceMarginMs) && g.selfFenceMarginMs * 2 > g.leaseTtlMs) {
-    ctx.addIssue({ code: "custom", path: ["selfFenceMarginMs"], message: `Must be at most half of leaseTtlMs (${g.leaseTtlMs}): after each renewal the active gateway may drive devices for leaseTtlMs - selfFenceMarginMs, and renewals come every third of the TTL.` });
-  }
-  if (finite(g.leaseTtlMs) && finite(g.requestTimeoutMs) && g.requestTimeoutMs * 3 > g.leaseTtlMs) {
-    ctx.addIssue({ code: "custom", path: ["requestTimeoutMs"], message: `Must be at most a third of leaseTtlMs (${g.leaseTtlMs}), so a renewal that hangs leaves time for another before the lease runs out.` });
-  }
-  if (finite(g.leaseTtlMs) && finite(g.selfFenceMarginMs) && finite(g.requestTimeoutMs) && finite(g.etcdElectionTimeoutMs) && g.leaseTtlMs % 1000 === 0 && g.leaseTtlMs >= 2000 && g.selfFenceMarginMs * 2 <= g.leaseTtlMs && g.requestTimeoutMs * 3 <= g.leaseTtlMs) {
-    const hang = hangProblem(g.leaseTtlMs, g.selfFenceMarginMs, g.requestTimeoutMs, g.etcdElectionTimeoutMs);
-    if (hang !== null) ctx.addIssue({ code: "custom", path: ["leaseTtlMs"], message: hang });
-  }
-}, ALWAYS);
+const group = z
+  .strictObject({
+    /** Names the group's keys in etcd (`/fencegate/<name>/...`): the same on every gateway of the group. */
+    name: id("group name"),
+    /** Every etcd member's client URL; three members (two gateways and a witness) survive the loss of one. */
+    endpoints: z.array(etcdUrl).min(1, { error: "Give at least one etcd endpoint (three members: two gateways and a witness)." }).max(9),
+    tls: tls.optional(),
+    username: text("etcd user name", 256).optional(),
+    password: text("etcd password", 1024).optional(),
+    /** A file holding only the password; relative to the configuration file's directory. */
+    passwordFile: text("path of the etcd password file").optional(),
+    /** Allow a password over plain http://. Only for a trusted, isolated network. */
+    allowCleartextCredentials: z.boolean().default(false),
+    /** The etcd lease behind the leader key, in whole seconds: failover takes about this long. */
+    leaseTtlMs: ms(2000, 60_000)
+      .refine((n) => n % 1000 === 0, { error: "Must be whole seconds (a multiple of 1000): etcd leases count in seconds." })
+      .default(7000),
+    /** The active gateway stops all device I/O this long before its etcd lease can have expired. */
+    selfFenceMarginMs: ms(100, 30_000).default(1000),
+    /** One etcd request, over every endpoint it tries. */
+    requestTimeoutMs: ms(100, 10_000).default(1000),
+    /** The etcd members' --election-timeout (etcd's default 1000): the lease must outlast an election (see below). */
+    etcdElectionTimeoutMs: ms(50, 50_000).default(1000),
+    /**
+     * Plain (unfenced) devices in a group are protected only by the deposed gateway's
+     * self-fencing, which rests on timing; they are refused unless this says the operator accepts it.
+     */
+    acceptPlainDevices: z.boolean().default(false),
+  })
+  .superRefine((g, ctx) => {
+    if (g.password !== undefined && g.passwordFile !== undefined) {
+      ctx.addIssue({ code: "custom", path: ["passwordFile"], message: "Give either password or passwordFile, not both." });
+    }
+    const hasPassword = g.password !== undefined || g.passwordFile !== undefined;
+    if (hasPassword && g.username === undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["username"],
+        message: "etcd authentication needs a user name with the password; add username.",
+      });
+    }
+    if (g.username !== undefined && !hasPassword) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["password"],
+        message: "etcd authentication needs a password with the user name; add password or passwordFile.",
+      });
+    }
+    const endpoints = Array.isArray(g.endpoints) ? g.endpoints.filter((e): e is string => typeof e === "string") : [];
+    const schemes = new Set(
+      endpoints.map((e) => e.split(":", 1)[0]?.toLowerCase()).filter((scheme) => scheme === "http" || scheme === "https"),
+    );
+    if (schemes.size > 1) {
+      ctx.addIssue({ code: "custom", path: ["endpoints"], message: "Use one scheme for every endpoint: all https:// or all http://." });
+    }
+    if (schemes.has("http") && (hasPassword || g.username !== undefined) && g.allowCleartextCredentials !== true) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["endpoints"],
+        message:
+          "The etcd password would cross the network unencrypted over http://; use https:// or, on a trusted isolated network only, set allowCleartextCredentials: true.",
+      });
+    }
+    if (schemes.has("http") && g.tls !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["tls"],
+        message: "TLS settings have no effect with http:// endpoints; use https:// or remove tls.",
+      });
+    }
+    if (finite(g.leaseTtlMs) && finite(g.selfFenceMarginMs) && g.selfFenceMarginMs * 2 > g.leaseTtlMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["selfFenceMarginMs"],
+        message: `Must be at most half of leaseTtlMs (${g.leaseTtlMs}): after each renewal the active gateway may drive devices for leaseTtlMs - selfFenceMarginMs, and renewals come every third of the TTL.`,
+      });
+    }
+    if (finite(g.leaseTtlMs) && finite(g.requestTimeoutMs) && g.requestTimeoutMs * 3 > g.leaseTtlMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["requestTimeoutMs"],
+        message: `Must be at most a third of leaseTtlMs (${g.leaseTtlMs}), so a renewal that hangs leaves time for another before the lease runs out.`,
+      });
+    }
+    if (
+      finite(g.leaseTtlMs) &&
+      finite(g.selfFenceMarginMs) &&
+      finite(g.requestTimeoutMs) &&
+      finite(g.etcdElectionTimeoutMs) &&
+      g.leaseTtlMs % 1000 === 0 &&
+      g.leaseTtlMs >= 2000 &&
+      g.selfFenceMarginMs * 2 <= g.leaseTtlMs &&
+      g.requestTimeoutMs * 3 <= g.leaseTtlMs
+    ) {
+      const hang = hangProblem(g.leaseTtlMs, g.selfFenceMarginMs, g.requestTimeoutMs, g.etcdElectionTimeoutMs);
+      if (hang !== null) ctx.addIssue({ code: "custom", path: ["leaseTtlMs"], message: hang });
+    }
+  }, ALWAYS);
 
 /**
  * Why these settings cannot ride out a hung etcd leader, or null when they can: the active
@@ -698,20 +837,21 @@ function hangProblem(ttlMs: number, marginMs: number, requestTimeoutMs: number, 
 // ---------------------------------------------------------------------------------------
 // The whole file
 
-export const gatewayConfigSchema = z.strictObject({
-  /** This gateway's name: the `<gatewayId>` in `B/gateway/<gatewayId>/status`. */
-  gatewayId: id("gateway id"),
-  mqtt,
-  buses,
-  actuators: z.array(actuator).min(1, { error: "Define at least one actuator." }),
-  leases,
-  commands,
-  journal,
-  logging,
-  metrics,
-  shutdown,
-  group: group.optional(),
-})
+export const gatewayConfigSchema = z
+  .strictObject({
+    /** This gateway's name: the `<gatewayId>` in `B/gateway/<gatewayId>/status`. */
+    gatewayId: id("gateway id"),
+    mqtt,
+    buses,
+    actuators: z.array(actuator).min(1, { error: "Define at least one actuator." }),
+    leases,
+    commands,
+    journal,
+    logging,
+    metrics,
+    shutdown,
+    group: group.optional(),
+  })
   .superRefine(checkReferences, ALWAYS)
   .superRefine(checkGroupDevices, ALWAYS)
   .transform((c) => ({
@@ -725,7 +865,10 @@ export const gatewayConfigSchema = z.strictObject({
  * with one endpoint are two connections to the same devices (fine, for different units).
  */
 export function tcpEndpoint(host: string, port: number): string {
-  return `${host.toLowerCase().replace(/^\[(.*)\]$/, "$1").replace(/\.$/, "")}:${port}`;
+  return `${host
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, "$1")
+    .replace(/\.$/, "")}:${port}`;
 }
 
 /**
@@ -773,10 +916,18 @@ function checkReferences(root: unknown, ctx: Ctx): void {
     if (typeof a.id === "string") {
       const previous = ids.get(a.id);
       if (previous !== undefined) {
-        ctx.addIssue({ code: "custom", path: ["actuators", i, "id"], message: `Actuator id "${a.id}" is already used by actuators[${previous}]; ids must be unique.` });
+        ctx.addIssue({
+          code: "custom",
+          path: ["actuators", i, "id"],
+          message: `Actuator id "${a.id}" is already used by actuators[${previous}]; ids must be unique.`,
+        });
       } else ids.set(a.id, i);
       if (RESERVED_ACTUATOR_IDS.includes(a.id)) {
-        ctx.addIssue({ code: "custom", path: ["actuators", i, "id"], message: `"${a.id}" is reserved (its topics would collide with the gateway status topic); choose another id.` });
+        ctx.addIssue({
+          code: "custom",
+          path: ["actuators", i, "id"],
+          message: `"${a.id}" is reserved (its topics would collide with the gateway status topic); choose another id.`,
+        });
       }
     }
     if (typeof a.bus !== "string" || buses === undefined) return;
@@ -790,7 +941,11 @@ function checkReferences(root: unknown, ctx: Ctx): void {
     const key = `${a.bus}\u0000${String(a.unit)}`;
     const previous = units.get(key);
     if (previous !== undefined) {
-      ctx.addIssue({ code: "custom", path: ["actuators", i, "unit"], message: `Unit ${String(a.unit)} on bus "${a.bus}" is already used by actuators[${previous}]; each device on a bus needs its own unit id.` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["actuators", i, "unit"],
+        message: `Unit ${String(a.unit)} on bus "${a.bus}" is already used by actuators[${previous}]; each device on a bus needs its own unit id.`,
+      });
       return;
     }
     units.set(key, i);

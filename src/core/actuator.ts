@@ -104,7 +104,13 @@ class Step {
     const { holder, token, seq } = about;
     this.emit({
       kind: "event",
-      event: { type: "rejected", holder, ...(token !== undefined ? { token } : {}), ...(seq !== undefined ? { seq } : {}), code: error.code },
+      event: {
+        type: "rejected",
+        holder,
+        ...(token !== undefined ? { token } : {}),
+        ...(seq !== undefined ? { seq } : {}),
+        code: error.code,
+      },
     });
   }
   result(): StepResult {
@@ -218,7 +224,11 @@ function restart(s: Step): void {
     s.emit({ kind: "event", event: { type: "expired", holder: lastGrantHolder, token: highestGranted, reason: "restart" } });
   }
   const newest = recent.at(-1);
-  const atSafeValues = lastGrantHolder === GATEWAY_HOLDER && newest?.holder === GATEWAY_HOLDER && newest.token === highestGranted && newest.outcome?.kind === "applied";
+  const atSafeValues =
+    lastGrantHolder === GATEWAY_HOLDER &&
+    newest?.holder === GATEWAY_HOLDER &&
+    newest.token === highestGranted &&
+    newest.outcome?.kind === "applied";
   if (!atSafeValues) oweSafeWrite(s);
 }
 
@@ -253,7 +263,15 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: 
     }
     if (current.secret !== undefined) {
       // Handing the secret out again would give it to whoever claims the holder's name.
-      s.refuse(ref, leaseError(s, "LEASE_HELD", `${holder} already holds this authenticated lease; its secret is not sent twice, so wait for it to expire.`), { holder });
+      s.refuse(
+        ref,
+        leaseError(
+          s,
+          "LEASE_HELD",
+          `${holder} already holds this authenticated lease; its secret is not sent twice, so wait for it to expire.`,
+        ),
+        { holder },
+      );
       return;
     }
     // The live holder asking again (typically a retry after a lost reply, or the holder
@@ -269,7 +287,11 @@ function acquire(s: Step, ref: ReplyRef, holder: string, ttlMs: number, secret: 
   if (token === null) {
     s.refuse(
       ref,
-      { code: "TOKENS_EXHAUSTED", message: "Every token of this actuator up to 2^53-1 has been granted (a `fencegate journal recover --floor` set too high?): no lease can be granted again until its journal entry and its device's fence are reset (docs/deploy.md §7)." },
+      {
+        code: "TOKENS_EXHAUSTED",
+        message:
+          "Every token of this actuator up to 2^53-1 has been granted (a `fencegate journal recover --floor` set too high?): no lease can be granted again until its journal entry and its device's fence are reset (docs/deploy.md §7).",
+      },
       { holder },
     );
     return;
@@ -462,7 +484,11 @@ function pump(s: Step): void {
     const [cmd, ...rest] = s.state.queue as [QueuedCommand, ...QueuedCommand[]];
     s.set({ queue: rest });
     if (s.nowMs >= cmd.deadlineAtMs) {
-      s.refuse(cmd.ref, leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."), cmd);
+      s.refuse(
+        cmd.ref,
+        leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."),
+        cmd,
+      );
       continue;
     }
     if (!s.state.online) {
@@ -487,7 +513,15 @@ function sendSafeWriteIfDue(s: Step): void {
   const safe = s.state.safeWrite;
   const { expiryPolicy } = s.config;
   if (safe === null || expiryPolicy.kind !== "safe" || s.state.inFlight !== null || !s.state.online || s.nowMs < safe.notBeforeMs) return;
-  const cmd: QueuedCommand = { ref: null, holder: GATEWAY_HOLDER, token: safe.token, seq: safe.seq, set: expiryPolicy.set, deadlineAtMs: s.nowMs, internal: true };
+  const cmd: QueuedCommand = {
+    ref: null,
+    holder: GATEWAY_HOLDER,
+    token: safe.token,
+    seq: safe.seq,
+    set: expiryPolicy.set,
+    deadlineAtMs: s.nowMs,
+    internal: true,
+  };
   if (judge(s, cmd).kind !== "accept") return; // unreachable: a newer grant clears the safe write
   s.set({ safeWrite: { ...safe, seq: safe.seq + 1, attempts: safe.attempts + 1 } });
   accept(s, cmd);
@@ -495,7 +529,11 @@ function sendSafeWriteIfDue(s: Step): void {
 
 function accept(s: Step, cmd: QueuedCommand): void {
   const record: CommandRecord = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
-  s.set({ fence: { token: cmd.token, seq: cmd.seq }, inFlight: cmd, recent: appendBounded(s.state.recent, record, s.config.limits.recentLimit) });
+  s.set({
+    fence: { token: cmd.token, seq: cmd.seq },
+    inFlight: cmd,
+    recent: appendBounded(s.state.recent, record, s.config.limits.recentLimit),
+  });
   s.emit({ kind: "audit", record: { type: "intent", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set } });
   // The write first: publishing the event and the state is not on the device's path.
   s.emit({ kind: "deviceWrite", holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set });
@@ -521,14 +559,18 @@ function deviceResult(s: Step, token: number, seq: number, outcome: Outcome): vo
   if (cmd.internal && safe !== null) {
     // Confirmed under the token it is owed under: nothing more is owed. Failed or unknown
     // (or refused by a device whose fence moved it to a newer token): again, after the backoff.
-    if (outcome.kind !== "applied") s.set({ safeWrite: { ...safe, notBeforeMs: s.nowMs + safeRetryDelayMs(s.config.limits, safe.attempts) } });
+    if (outcome.kind !== "applied")
+      s.set({ safeWrite: { ...safe, notBeforeMs: s.nowMs + safeRetryDelayMs(s.config.limits, safe.attempts) } });
     else if (safe.token === token) s.set({ safeWrite: null });
   }
   s.emit({ kind: "audit", record: { type: "outcome", token, seq, outcome } });
   const reply = outcomeReply({ ...cmd, outcome });
   if (reply.ok) {
     s.reply(cmd.ref, reply);
-    s.emit({ kind: "event", event: { type: "applied", holder: cmd.holder, token, seq, ...(outcome.kind === "applied" ? { applied: outcome.applied } : {}) } });
+    s.emit({
+      kind: "event",
+      event: { type: "applied", holder: cmd.holder, token, seq, ...(outcome.kind === "applied" ? { applied: outcome.applied } : {}) },
+    });
   } else {
     s.reply(cmd.ref, { ok: false, error: { ...leaseError(s, reply.error.code, reply.error.message), ...reply.error } });
     const type = reply.error.code === "OUTCOME_UNKNOWN" ? "outcome-unknown" : "rejected";
@@ -541,7 +583,11 @@ function dropOverdue(s: Step): void {
   const keep: QueuedCommand[] = [];
   for (const cmd of s.state.queue) {
     if (s.nowMs >= cmd.deadlineAtMs) {
-      s.refuse(cmd.ref, leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."), cmd);
+      s.refuse(
+        cmd.ref,
+        leaseError(s, "DEADLINE_EXCEEDED", "The command's deadline passed before it could be sent; the device was not touched."),
+        cmd,
+      );
     } else {
       keep.push(cmd);
     }
@@ -613,9 +659,18 @@ function takeover(s: Step, floor: number): void {
  */
 function stepDown(s: Step): void {
   const { lease } = s.state;
-  if (lease !== null) s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "DEVICE_UNAVAILABLE" } });
+  if (lease !== null)
+    s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "DEVICE_UNAVAILABLE" } });
   for (const cmd of s.state.queue) {
-    s.refuse(cmd.ref, leaseError(s, "DEVICE_UNAVAILABLE", "This gateway is no longer the group's active gateway; the command was not sent. Send it to the active one."), cmd);
+    s.refuse(
+      cmd.ref,
+      leaseError(
+        s,
+        "DEVICE_UNAVAILABLE",
+        "This gateway is no longer the group's active gateway; the command was not sent. Send it to the active one.",
+      ),
+      cmd,
+    );
   }
   s.set({ lease: null, queue: [], online: false, safeWrite: null });
   s.emit({ kind: "stateChanged" });

@@ -55,7 +55,9 @@ export function applyRecord(snapshot: DurableSnapshot, record: JournalRecord, re
     case "outcome":
       return {
         ...snapshot,
-        recent: snapshot.recent.map((r) => (r.token === record.token && r.seq === record.seq && r.outcome === null ? { ...r, outcome: record.outcome } : r)),
+        recent: snapshot.recent.map((r) =>
+          r.token === record.token && r.seq === record.seq && r.outcome === null ? { ...r, outcome: record.outcome } : r,
+        ),
       };
   }
 }

@@ -29,7 +29,8 @@ export function stateViolations(config: ActuatorConfig, state: ActuatorState): s
   }
   if (safeWrite !== null) {
     if (config.expiryPolicy.kind !== "safe") broken.push("a safe write is owed under expiry policy hold");
-    if (safeWrite.token > highestGranted) broken.push(`the safe write's token ${safeWrite.token} is above the highest granted, ${highestGranted}`);
+    if (safeWrite.token > highestGranted)
+      broken.push(`the safe write's token ${safeWrite.token} is above the highest granted, ${highestGranted}`);
   }
   if (queue.length > limits.queueLimit) broken.push(`${queue.length} commands queued, above the limit ${limits.queueLimit}`);
   if (!state.online && queue.length > 0) broken.push(`${queue.length} commands queued while the device is offline`);
@@ -41,13 +42,21 @@ export function stateViolations(config: ActuatorConfig, state: ActuatorState): s
     if (!isAboveFence(b.token, b.seq, a)) broken.push(`the remembered commands do not rise: ${show(a)} before ${show(b)}`);
   }
   const newest = recent.at(-1);
-  if (newest !== undefined && compare(newest, fence) > 0) broken.push(`the newest command ${show(newest)} is above the fence ${show(fence)}`);
+  if (newest !== undefined && compare(newest, fence) > 0)
+    broken.push(`the newest command ${show(newest)} is above the fence ${show(fence)}`);
   // Only the command at the device waits for its outcome, and it is the newest remembered.
   const pending = recent.filter((r) => r.outcome === null);
-  if (inFlight === null ? pending.length > 0 : pending.length !== 1 || newest === undefined || pending[0] !== newest || !sameCommand(newest, inFlight)) {
-    broken.push(`commands without an outcome ${pending.map(show).join(", ") || "none"} are not just the one at the device ${inFlight === null ? "(none)" : show(inFlight)}`);
+  if (
+    inFlight === null
+      ? pending.length > 0
+      : pending.length !== 1 || newest === undefined || pending[0] !== newest || !sameCommand(newest, inFlight)
+  ) {
+    broken.push(
+      `commands without an outcome ${pending.map(show).join(", ") || "none"} are not just the one at the device ${inFlight === null ? "(none)" : show(inFlight)}`,
+    );
   }
-  if (inFlight !== null && inFlight.internal !== (inFlight.holder === GATEWAY_HOLDER)) broken.push(`the command at the device ${show(inFlight)} is internal but for a holder, or the reverse`);
+  if (inFlight !== null && inFlight.internal !== (inFlight.holder === GATEWAY_HOLDER))
+    broken.push(`the command at the device ${show(inFlight)} is internal but for a holder, or the reverse`);
   return broken;
 }
 
@@ -65,14 +74,18 @@ function refsOf(state: ActuatorState): Set<ReplyRef> {
 export function stepViolations(config: ActuatorConfig, before: ActuatorState, input: Input, result: StepResult): string[] {
   const { state: after, effects } = result;
   const broken = stateViolations(config, after);
-  if (after.highestGranted < before.highestGranted) broken.push(`the highest token granted went down, ${before.highestGranted} -> ${after.highestGranted}`);
+  if (after.highestGranted < before.highestGranted)
+    broken.push(`the highest token granted went down, ${before.highestGranted} -> ${after.highestGranted}`);
   if (compare(after.fence, before.fence) < 0) broken.push(`the fence went down, ${show(before.fence)} -> ${show(after.fence)}`);
-  if (after.lease !== null && after.lease.expiresAtMs <= input.nowMs) broken.push(`the lease of token ${after.lease.token} outlived its expiry`);
+  if (after.lease !== null && after.lease.expiresAtMs <= input.nowMs)
+    broken.push(`the lease of token ${after.lease.token} outlived its expiry`);
   checkEffects(before, input, after, effects, broken);
   checkReplies(before, input, after, effects, broken);
   // A change the state shows is published (the shell publishes on stateChanged only).
-  const shown = (s: ActuatorState) => JSON.stringify([s.online, s.lease?.holder, s.lease?.token, s.fence, s.safeWrite?.token, s.safeWrite?.attempts]);
-  if (shown(before) !== shown(after) && !effects.some((e) => e.kind === "stateChanged")) broken.push(`the state shown changed without stateChanged (${input.type})`);
+  const shown = (s: ActuatorState) =>
+    JSON.stringify([s.online, s.lease?.holder, s.lease?.token, s.fence, s.safeWrite?.token, s.safeWrite?.attempts]);
+  if (shown(before) !== shown(after) && !effects.some((e) => e.kind === "stateChanged"))
+    broken.push(`the state shown changed without stateChanged (${input.type})`);
   return broken;
 }
 
@@ -85,13 +98,20 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
   for (const e of effects) {
     switch (e.kind) {
       case "persist":
-        if (e.record.type === "granted" && e.record.token <= durable) broken.push(`token ${e.record.token} granted again (highest before: ${durable})`);
+        if (e.record.type === "granted" && e.record.token <= durable)
+          broken.push(`token ${e.record.token} granted again (highest before: ${durable})`);
         durable = Math.max(durable, e.record.token);
-        if (compare(e.record.type === "granted" ? { token: e.record.token, seq: null } : e.record, fence) > 0) fence = e.record.type === "granted" ? { token: e.record.token, seq: null } : e.record;
+        if (compare(e.record.type === "granted" ? { token: e.record.token, seq: null } : e.record, fence) > 0)
+          fence = e.record.type === "granted" ? { token: e.record.token, seq: null } : e.record;
         break;
       case "audit":
         if (e.record.type === "intent") intents.push(e);
-        else if (input.type !== "deviceResult" || before.inFlight === null || before.inFlight.token !== e.record.token || before.inFlight.seq !== e.record.seq) {
+        else if (
+          input.type !== "deviceResult" ||
+          before.inFlight === null ||
+          before.inFlight.token !== e.record.token ||
+          before.inFlight.seq !== e.record.seq
+        ) {
           broken.push(`an outcome recorded for ${show(e.record)}, not the command at the device answered now`);
         }
         break;
@@ -103,9 +123,13 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
         if (e.token > durable) broken.push(`a device write ${show(e)} under a token not durably granted (highest: ${durable})`);
         fence = { token: e.token, seq: e.seq };
         // The gateway's own write is the safe write owed, sent with no lease live; any other, the live lease's.
-        const underLease = e.holder === GATEWAY_HOLDER ? after.lease === null && after.safeWrite?.token === e.token : after.lease?.holder === e.holder && after.lease.token === e.token;
+        const underLease =
+          e.holder === GATEWAY_HOLDER
+            ? after.lease === null && after.safeWrite?.token === e.token
+            : after.lease?.holder === e.holder && after.lease.token === e.token;
         if (!underLease) broken.push(`a device write ${show(e)} of ${e.holder} outside its lease`);
-        if (after.inFlight === null || !sameCommand(after.inFlight, e)) broken.push(`a device write ${show(e)} that is not the command at the device`);
+        if (after.inFlight === null || !sameCommand(after.inFlight, e))
+          broken.push(`a device write ${show(e)} that is not the command at the device`);
         break;
       }
       case "reply":
@@ -119,7 +143,8 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
     }
   }
   if (writes > 1) broken.push(`${writes} device writes in one step: one command is at the device at a time`);
-  if (after.inFlight !== null && after.inFlight !== before.inFlight && writes === 0) broken.push(`a command at the device ${show(after.inFlight)} that was never written`);
+  if (after.inFlight !== null && after.inFlight !== before.inFlight && writes === 0)
+    broken.push(`a command at the device ${show(after.inFlight)} that was never written`);
 }
 
 /** Every reply goes to a request waiting for one, once: the input's, or a command the state held. */
@@ -137,7 +162,8 @@ function checkReplies(before: ActuatorState, input: Input, after: ActuatorState,
   }
   for (const ref of held) if (ref !== inputRef && !waiting.has(ref)) broken.push(`request ${ref} queued from nowhere`);
   for (const ref of waiting) if (!held.has(ref) && !replied.has(ref)) broken.push(`request ${ref} dropped without a reply`);
-  if (inputRef !== null && !replied.has(inputRef) && !(input.type === "command" && held.has(inputRef))) broken.push(`request ${inputRef} (${input.type}) got no reply and is not held`);
+  if (inputRef !== null && !replied.has(inputRef) && !(input.type === "command" && held.has(inputRef)))
+    broken.push(`request ${inputRef} (${input.type}) got no reply and is not held`);
 }
 
 export class InvariantError extends Error {

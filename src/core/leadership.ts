@@ -32,7 +32,13 @@ export interface LeadershipConfig {
 
 /** The default cadence for a TTL: renew at a third of it, retry and look several times a renewal. */
 export function leadershipConfig(ttlMs: number, marginMs: number): LeadershipConfig {
-  return { ttlMs, marginMs, renewEveryMs: Math.floor(ttlMs / 3), retryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))), lookEveryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))) };
+  return {
+    ttlMs,
+    marginMs,
+    renewEveryMs: Math.floor(ttlMs / 3),
+    retryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))),
+    lookEveryMs: Math.max(50, Math.min(250, Math.floor(ttlMs / 10))),
+  };
 }
 
 /**
@@ -95,7 +101,12 @@ export type LeadershipEvent =
    * whose answer was lost had won). `configAgrees` false: another member's actuators are
    * configured differently, so this one must not take over (undefined: not asked, agrees).
    */
-  | { readonly type: "looked"; readonly leaseId: string; readonly leader: "none" | "other" | { readonly mine: Term }; readonly configAgrees?: boolean }
+  | {
+      readonly type: "looked";
+      readonly leaseId: string;
+      readonly leader: "none" | "other" | { readonly mine: Term };
+      readonly configAgrees?: boolean;
+    }
   | { readonly type: "lookFailed" }
   | { readonly type: "campaigned"; readonly won: Term | null }
   | { readonly type: "campaignFailed" }
@@ -298,7 +309,12 @@ function granted(s: Step, id: string, ttlMs: number, sentAtMs: number): void {
     return;
   }
   const ttl = Math.min(s.config.ttlMs, ttlMs);
-  s.set({ phase: "standby", lease: { id, ttlMs: ttl, validUntilMs: sentAtMs + ttl }, nextRenewAtMs: sentAtMs + s.config.renewEveryMs, nextLookAtMs: s.nowMs });
+  s.set({
+    phase: "standby",
+    lease: { id, ttlMs: ttl, validUntilMs: sentAtMs + ttl },
+    nextRenewAtMs: sentAtMs + s.config.renewEveryMs,
+    nextLookAtMs: s.nowMs,
+  });
   // Granted too late to be of use (a paused process): the lease goes, another is asked for.
   fenceIfDue(s);
 }
@@ -314,7 +330,10 @@ function renewed(s: Step, id: string, ttlMs: number, sentAtMs: number): void {
     return;
   }
   const ttl = Math.min(lease.ttlMs, ttlMs);
-  s.set({ lease: { ...lease, validUntilMs: Math.max(lease.validUntilMs, sentAtMs + ttl) }, nextRenewAtMs: sentAtMs + s.config.renewEveryMs });
+  s.set({
+    lease: { ...lease, validUntilMs: Math.max(lease.validUntilMs, sentAtMs + ttl) },
+    nextRenewAtMs: sentAtMs + s.config.renewEveryMs,
+  });
 }
 
 function looked(s: Step, leaseId: string, leader: "none" | "other" | { readonly mine: Term }, configAgrees: boolean): void {
@@ -375,7 +394,12 @@ function due(s: Step): void {
     s.pending({ renew: true });
     s.emit({ kind: "renew", id: lease.id });
   }
-  if ((s.state.phase === "standby" || s.state.phase === "active") && lease !== null && !s.state.pending.look && nowMs >= s.state.nextLookAtMs) {
+  if (
+    (s.state.phase === "standby" || s.state.phase === "active") &&
+    lease !== null &&
+    !s.state.pending.look &&
+    nowMs >= s.state.nextLookAtMs
+  ) {
     s.pending({ look: true });
     s.emit({ kind: "look", leaseId: lease.id });
   }

@@ -21,9 +21,7 @@ export interface PointSpec {
   readonly max: number;
 }
 
-export type ExpiryPolicy =
-  | { readonly kind: "hold" }
-  | { readonly kind: "safe"; readonly set: PointValues };
+export type ExpiryPolicy = { readonly kind: "hold" } | { readonly kind: "safe"; readonly set: PointValues };
 
 export interface CoreLimits {
   readonly minTtlMs: number;

@@ -63,7 +63,9 @@ interface Setup {
 }
 
 async function setUp(brokerUrl: string | undefined): Promise<Setup> {
-  const broker: DevBroker = brokerUrl ? { url: brokerUrl, embedded: false, protocolVersion: 5, close: async () => {} } : await embeddedBroker();
+  const broker: DevBroker = brokerUrl
+    ? { url: brokerUrl, embedded: false, protocolVersion: 5, close: async () => {} }
+    : await embeddedBroker();
   const plainSim = await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, profile: "plain", rate: 0 });
   const fencedSim = await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, profile: "fenced", rate: 0 });
   const dir = mkdtempSync(join(tmpdir(), "fencegate-demo-"));
@@ -84,7 +86,8 @@ async function setUp(brokerUrl: string | undefined): Promise<Setup> {
     metrics: { enabled: false },
   });
   const daemon = await startDaemon(config, pino({ level: "silent" }));
-  const connect = (holder: string) => FencegateClient.connect({ url: broker.url, holder, baseTopic, protocolVersion: broker.protocolVersion });
+  const connect = (holder: string) =>
+    FencegateClient.connect({ url: broker.url, holder, baseTopic, protocolVersion: broker.protocolVersion });
   const [a, b] = await Promise.all([connect("controller-A"), connect("controller-B")]);
   // Wait until the gateway reads both devices.
   for (const actuator of ["valve-plain", "valve-fenced"]) {
@@ -157,7 +160,10 @@ async function throughFencegate(s: Setup): Promise<{ final: number; code: string
   const leaseB = await s.b.acquire("valve-fenced", { ttlMs: TTL_MS });
   t.line("B", `lease granted (token ${leaseB.token}): the gateway's fence is now ${leaseB.token}`);
   const applied = await leaseB.command({ position: B_POSITION });
-  t.line("B", `position=${B_POSITION} applied (token ${applied.token}, seq ${applied.seq}) -> device at ${s.fencedSim.device(1).targetPosition} %`);
+  t.line(
+    "B",
+    `position=${B_POSITION} applied (token ${applied.token}, seq ${applied.seq}) -> device at ${s.fencedSim.device(1).targetPosition} %`,
+  );
   await sleep(PAUSE_MS - TTL_MS - 50);
   t.line("A", `wakes up and sends position=${A_POSITION} with its old token ${tokenA}`);
   let code = "none";
@@ -189,7 +195,9 @@ export async function main(argv: string[]): Promise<number> {
     const plainFinal = await withoutFencing(s);
     const fenced = await throughFencegate(s);
     const ok = plainFinal === A_POSITION && fenced.final === B_POSITION && fenced.code === "STALE_TOKEN";
-    console.log(ok ? "\nSummary: without fencing the stale write won; with fencegate it was refused." : "\nSummary: UNEXPECTED outcome, see above.");
+    console.log(
+      ok ? "\nSummary: without fencing the stale write won; with fencegate it was refused." : "\nSummary: UNEXPECTED outcome, see above.",
+    );
     return ok ? 0 : 1;
   } finally {
     await Promise.all([s.a.close(), s.b.close()]);

@@ -208,7 +208,8 @@ export class GroupCommitter {
   /** Why commands are refused now (the queue full, or actuators at their share), for /healthz; null when none is. */
   saturation(): string | null {
     const { records } = this.backlog();
-    if (this.saturated) return `the journal is ${records} records behind (journal.auditQueueLimit ${this.bounds.queueLimit}): the disk is slower than the commands, and every command is refused (OVERLOADED) until it catches up`;
+    if (this.saturated)
+      return `the journal is ${records} records behind (journal.auditQueueLimit ${this.bounds.queueLimit}): the disk is slower than the commands, and every command is refused (OVERLOADED) until it catches up`;
     const full = [...this.undurable].filter(([, n]) => n >= this.share).map(([actuator]) => actuator);
     if (full.length === 0) return null;
     return `the journal is ${records} records behind: ${full.sort().join(", ")} ${full.length === 1 ? "holds its" : "hold their"} share of journal.auditQueueLimit (${this.share} records each), and ${full.length === 1 ? "its" : "their"} commands are refused (OVERLOADED) until the disk catches up`;

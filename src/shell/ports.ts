@@ -98,9 +98,7 @@ export interface DevicePort {
  * another gateway took over; `unsupported`: a device without the raise (profile 1.0, or
  * plain); `failed`: not confirmed (link down, timeout, another exception).
  */
-export type FenceRaise =
-  | { readonly kind: "raised" }
-  | { readonly kind: "refused" | "unsupported" | "failed"; readonly message: string };
+export type FenceRaise = { readonly kind: "raised" } | { readonly kind: "refused" | "unsupported" | "failed"; readonly message: string };
 
 /** Whether a granted token is durable in the gateway group (etcd), checked against leadership. */
 export type GrantCommit = { readonly ok: true } | { readonly ok: false; readonly stale: boolean; readonly message: string };

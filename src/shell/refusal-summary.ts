@@ -70,7 +70,10 @@ export class RefusalSummary {
       const level = ROUTINE_CODES.has(code) ? "debug" : "info";
       const who = holder === null ? "requests without a holder (or of many holders)" : `requests of ${holder}`;
       const where = actuator === null ? " (to many actuator names)" : "";
-      this.log[level]({ actuator, holder, code, count, intervalMs }, `refused ${count} ${who}${where} with ${code} in the last ${Math.round(intervalMs / 1000)} s`);
+      this.log[level](
+        { actuator, holder, code, count, intervalMs },
+        `refused ${count} ${who}${where} with ${code} in the last ${Math.round(intervalMs / 1000)} s`,
+      );
     }
   }
 }

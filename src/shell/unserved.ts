@@ -74,7 +74,10 @@ export class UnservedActuators {
   }
 
   private problem(source: Unserved["source"]): string {
-    const where = source === "journal" ? `its journal holds it, and it is not in the configuration of gateway ${this.gatewayId}` : `gateway group ${this.group} has granted tokens on it, and it is not in the configuration of its active gateway ${this.gatewayId}`;
+    const where =
+      source === "journal"
+        ? `its journal holds it, and it is not in the configuration of gateway ${this.gatewayId}`
+        : `gateway group ${this.group} has granted tokens on it, and it is not in the configuration of its active gateway ${this.gatewayId}`;
     return `no gateway serves this actuator: ${where}; requests to it get no reply. Add it to a gateway's configuration to serve it again.`;
   }
 }

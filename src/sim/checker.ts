@@ -145,14 +145,17 @@ export class Checker {
     this.note(`durable ${actuator} ${JSON.stringify(record)}`);
     switch (record.type) {
       case "granted":
-        if (h.grants.has(record.token)) this.violate(`${actuator}: token ${record.token} granted twice (to ${h.grants.get(record.token)} and ${record.holder})`);
-        if (record.token <= h.durableFence.token) this.violate(`${actuator}: token ${record.token} granted at or below the durable fence ${show(h.durableFence)}`);
+        if (h.grants.has(record.token))
+          this.violate(`${actuator}: token ${record.token} granted twice (to ${h.grants.get(record.token)} and ${record.holder})`);
+        if (record.token <= h.durableFence.token)
+          this.violate(`${actuator}: token ${record.token} granted at or below the durable fence ${show(h.durableFence)}`);
         h.grants.set(record.token, record.holder);
         this.raise(h, { token: record.token, seq: null });
         return;
       case "intent": {
         const p = { token: record.token, seq: record.seq };
-        if (h.lastDurableIntent !== null && cmp(p, h.lastDurableIntent) <= 0) this.violate(`${actuator}: the audit record of ${show(p)} became durable after that of ${show(h.lastDurableIntent)}`);
+        if (h.lastDurableIntent !== null && cmp(p, h.lastDurableIntent) <= 0)
+          this.violate(`${actuator}: the audit record of ${show(p)} became durable after that of ${show(h.lastDurableIntent)}`);
         h.lastDurableIntent = p;
         const k = key(record.token, record.seq);
         this.auditDue = this.auditDue.filter((d) => d.actuator !== actuator || d.key !== k);
@@ -160,7 +163,8 @@ export class Checker {
         return;
       }
       case "outcome":
-        if (record.outcome.kind === "applied" && !h.applied.has(key(record.token, record.seq))) this.violate(`${actuator}: the audit trail records (${record.token}, ${record.seq}) applied, which the device never applied`);
+        if (record.outcome.kind === "applied" && !h.applied.has(key(record.token, record.seq)))
+          this.violate(`${actuator}: the audit trail records (${record.token}, ${record.seq}) applied, which the device never applied`);
         return;
       case "fenceObserved":
         this.raise(h, { token: record.token, seq: record.seq });
@@ -182,16 +186,21 @@ export class Checker {
     this.counts.accepted++;
     if (holder === GATEWAY_HOLDER) this.counts.safeWrites++;
     this.checkAuditLag();
-    if (h.grants.get(token) !== holder) this.violate(`${actuator}: (${token}, ${seq}) of ${holder} was written to the device under a token not durably granted to ${holder}`);
-    if (cmp({ token, seq }, h.durableFence) <= 0) this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(h.durableFence)}`);
+    if (h.grants.get(token) !== holder)
+      this.violate(`${actuator}: (${token}, ${seq}) of ${holder} was written to the device under a token not durably granted to ${holder}`);
+    if (cmp({ token, seq }, h.durableFence) <= 0)
+      this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(h.durableFence)}`);
     this.auditDue.push({ actuator, key: key(token, seq), dueMs: this.clock() + this.auditLagMs });
     // The gateway's own safe-value write needs no lease; every other write needs the live one.
     const live = h.lease !== null && this.clock() < h.lease.expiresAtMs ? h.lease : null;
     if (holder !== GATEWAY_HOLDER && (live === null || live.token !== token || live.holder !== holder)) {
-      this.violate(`${actuator}: (${token}, ${seq}) of ${holder} accepted while the live lease is ${live ? `${live.token} of ${live.holder}` : "none"}`);
+      this.violate(
+        `${actuator}: (${token}, ${seq}) of ${holder} accepted while the live lease is ${live ? `${live.token} of ${live.holder}` : "none"}`,
+      );
     }
     const p = { token, seq };
-    if (h.lastWrite !== null && cmp(p, h.lastWrite) <= 0) this.violate(`${actuator}: write (${token}, ${seq}) after write ${show(h.lastWrite)}`);
+    if (h.lastWrite !== null && cmp(p, h.lastWrite) <= 0)
+      this.violate(`${actuator}: write (${token}, ${seq}) after write ${show(h.lastWrite)}`);
     h.lastWrite = p;
   }
 
@@ -200,7 +209,8 @@ export class Checker {
     const h = this.of(actuator);
     this.note(`applied ${actuator} (${token}, ${seq})`);
     const p = { token, seq };
-    if (h.lastApplied !== null && cmp(p, h.lastApplied) <= 0) this.violate(`${actuator}: device applied (${token}, ${seq}) after ${show(h.lastApplied)}`);
+    if (h.lastApplied !== null && cmp(p, h.lastApplied) <= 0)
+      this.violate(`${actuator}: device applied (${token}, ${seq}) after ${show(h.lastApplied)}`);
     h.lastApplied = p;
     h.applied.add(key(token, seq));
   }
@@ -249,7 +259,8 @@ export class Checker {
       const code = reply.error.code;
       this.counts.refused.set(code, (this.counts.refused.get(code) ?? 0) + 1);
       const original = reply.error.original;
-      if (code === "DUPLICATE" && original?.ok === true && "outcome" in original) this.checkApplied(actuator, h, original.token, original.seq);
+      if (code === "DUPLICATE" && original?.ok === true && "outcome" in original)
+        this.checkApplied(actuator, h, original.token, original.seq);
       return;
     }
     if ("outcome" in reply) {
@@ -263,15 +274,20 @@ export class Checker {
       return;
     }
     const { holder, token, ttlMs } = reply.lease;
-    if (h.grants.get(token) !== holder) this.violate(`${actuator}: lease ${token} for ${holder} replied without a durable grant to that holder`);
+    if (h.grants.get(token) !== holder)
+      this.violate(`${actuator}: lease ${token} for ${holder} replied without a durable grant to that holder`);
     const live = h.lease !== null && now < h.lease.expiresAtMs ? h.lease : null;
     if (live !== null && live.token === token && live.holder === holder && live.epoch === epoch) {
       live.expiresAtMs = now + ttlMs; // a renewal, or the live holder's repeated acquire
       return;
     }
     if (request.verb === "lease/renew") this.violate(`${actuator}: renewed lease ${token} of ${holder}, which was not live`);
-    if (live !== null) this.violate(`${actuator}: lease ${token} to ${holder} while lease ${live.token} of ${live.holder} is live for ${live.expiresAtMs - now} ms more`);
-    if (token <= h.highestReplied) this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
+    if (live !== null)
+      this.violate(
+        `${actuator}: lease ${token} to ${holder} while lease ${live.token} of ${live.holder} is live for ${live.expiresAtMs - now} ms more`,
+      );
+    if (token <= h.highestReplied)
+      this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
     h.highestReplied = Math.max(h.highestReplied, token);
     h.lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
     h.endedBy = null;
@@ -279,7 +295,8 @@ export class Checker {
   }
 
   private checkApplied(actuator: string, h: ActuatorHistory, token: number, seq: number): void {
-    if (!h.applied.has(key(token, seq))) this.violate(`${actuator}: "applied" replied for (${token}, ${seq}), which the device never applied`);
+    if (!h.applied.has(key(token, seq)))
+      this.violate(`${actuator}: "applied" replied for (${token}, ${seq}), which the device never applied`);
   }
 
   /** Rule 3's bound: no intent of a live process waits past the audit lag for its commit. */
@@ -287,7 +304,9 @@ export class Checker {
     const now = this.clock();
     while (this.auditDue.length > 0 && this.auditDue[0]!.dueMs < now) {
       const late = this.auditDue.shift()!;
-      this.violate(`${late.actuator}: the audit record of (${late.key.replace(":", ", ")}) was not durable ${this.auditLagMs} ms after its write (the audit lag)`);
+      this.violate(
+        `${late.actuator}: the audit record of (${late.key.replace(":", ", ")}) was not durable ${this.auditLagMs} ms after its write (the audit lag)`,
+      );
     }
   }
 
@@ -332,7 +351,9 @@ export class Checker {
     if (h.endedBy !== "other" || h.lastApplied === null) return;
     const holder = h.grants.get(h.lastApplied.token);
     if (holder !== GATEWAY_HOLDER) {
-      this.violate(`${actuator}: its lease ended (not released) and the device was left at ${holder ?? "an unknown holder"}'s ${show(h.lastApplied)}, not at the safe values`);
+      this.violate(
+        `${actuator}: its lease ended (not released) and the device was left at ${holder ?? "an unknown holder"}'s ${show(h.lastApplied)}, not at the safe values`,
+      );
     }
   }
 }

@@ -95,7 +95,13 @@ export class Controller {
     this.env.world.after(delayMs, () => this.run(fn));
   }
 
-  private request(actuator: string, id: string, request: GatewayRequest, timeoutMs: number, done: (reply: OutboundReply | null) => void): void {
+  private request(
+    actuator: string,
+    id: string,
+    request: GatewayRequest,
+    timeoutMs: number,
+    done: (reply: OutboundReply | null) => void,
+  ): void {
     const cancel = this.env.world.after(timeoutMs, () =>
       this.run(() => {
         if (this.pending.get(id)?.done !== done) return;
@@ -129,7 +135,16 @@ export class Controller {
         return;
       }
       const { token } = reply.lease;
-      const session: Session = { actuator, token, ttlMs: reply.lease.ttlMs, expiresAtMs: sentAtMs + reply.lease.ttlMs, nextSeq: 0, commandsLeft: this.rng.int(1, 6), window: this.rng.int(1, 3), over: false };
+      const session: Session = {
+        actuator,
+        token,
+        ttlMs: reply.lease.ttlMs,
+        expiresAtMs: sentAtMs + reply.lease.ttlMs,
+        nextSeq: 0,
+        commandsLeft: this.rng.int(1, 6),
+        window: this.rng.int(1, 3),
+        over: false,
+      };
       this.session = session;
       this.env.onGranted(actuator, this.holder, token);
       this.later(Math.floor(session.ttlMs / 3), () => this.renew(session));
@@ -149,13 +164,19 @@ export class Controller {
     const { world } = this.env;
     if (world.nowMs >= session.expiresAtMs) return this.end(session);
     const sentAtMs = world.nowMs;
-    this.request(session.actuator, this.newId(), { verb: "lease/renew", holder: this.holder, token: session.token }, this.timeoutMs(), (reply) => {
-      if (session.over) return;
-      if (reply === null) return this.later(Math.max(10, Math.floor(session.ttlMs / 10)), () => this.renew(session));
-      if (!reply.ok) return this.end(session);
-      session.expiresAtMs = sentAtMs + session.ttlMs;
-      this.later(Math.floor(session.ttlMs / 3), () => this.renew(session));
-    });
+    this.request(
+      session.actuator,
+      this.newId(),
+      { verb: "lease/renew", holder: this.holder, token: session.token },
+      this.timeoutMs(),
+      (reply) => {
+        if (session.over) return;
+        if (reply === null) return this.later(Math.max(10, Math.floor(session.ttlMs / 10)), () => this.renew(session));
+        if (!reply.ok) return this.end(session);
+        session.expiresAtMs = sentAtMs + session.ttlMs;
+        this.later(Math.floor(session.ttlMs / 3), () => this.renew(session));
+      },
+    );
   }
 
   private command(session: Session): void {
@@ -209,7 +230,13 @@ export class Controller {
       return;
     }
     // Done: released at once, even with other commands of the window still outstanding.
-    this.request(session.actuator, this.newId(), { verb: "lease/release", holder: this.holder, token: session.token }, this.timeoutMs(), () => {});
+    this.request(
+      session.actuator,
+      this.newId(),
+      { verb: "lease/release", holder: this.holder, token: session.token },
+      this.timeoutMs(),
+      () => {},
+    );
     this.end(session);
   }
 }

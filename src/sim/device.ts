@@ -60,7 +60,14 @@ export class SimActuator {
   }
 
   /** A command block or setpoint write, as the unit executes it. */
-  writeCommand(cmd: DeviceCommand, deviceSeq: number, nowMs: number, rng: Prng, faults: LineFaults, onPowerLoss: () => void): Refusal | undefined {
+  writeCommand(
+    cmd: DeviceCommand,
+    deviceSeq: number,
+    nowMs: number,
+    rng: Prng,
+    faults: LineFaults,
+    onPowerLoss: () => void,
+  ): Refusal | undefined {
     const position = cmd.set.position ?? 0;
     const before = this.device.applied.length;
     let result: Refusal | undefined;
@@ -138,15 +145,22 @@ export class SimDevicePort implements DevicePort {
     const deviceSeq = this.writeCounter.next++;
     try {
       const result = await this.transact((nowMs) => {
-        const r = this.unit.writeCommand(cmd, deviceSeq, nowMs, this.rng, this.faults(), () => this.hooks.fault("device.powerLossMidCommand"));
+        const r = this.unit.writeCommand(cmd, deviceSeq, nowMs, this.rng, this.faults(), () =>
+          this.hooks.fault("device.powerLossMidCommand"),
+        );
         if (r === undefined) this.hooks.afterAct();
         return r;
       });
       if (result === undefined) return { kind: "applied", applied: { position: cmd.set.position ?? 0 } };
       return { kind: "failed", ...exceptionOutcome(result.exception, this.unit.profile === "fenced"), modbusCode: result.exception };
     } catch (err) {
-      if (err instanceof LinkDown) return { kind: "failed", code: "DEVICE_UNAVAILABLE", message: `The command was not sent: ${err.message}.` };
-      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: "The device did not confirm the write in time; it may or may not have acted, so re-read state." };
+      if (err instanceof LinkDown)
+        return { kind: "failed", code: "DEVICE_UNAVAILABLE", message: `The command was not sent: ${err.message}.` };
+      return {
+        kind: "failed",
+        code: "OUTCOME_UNKNOWN",
+        message: "The device did not confirm the write in time; it may or may not have acted, so re-read state.",
+      };
     }
   }
 

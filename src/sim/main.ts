@@ -26,7 +26,9 @@ function parseArgs(argv: readonly string[]): { seeds: number; seed: number | nul
       else seed = value;
       i++;
     } else {
-      throw new UsageError(arg === "--help" || arg === "-h" ? "" : `${arg} is not an option here, or its value is not a whole number of 0 or more.`);
+      throw new UsageError(
+        arg === "--help" || arg === "-h" ? "" : `${arg} is not an option here, or its value is not a whole number of 0 or more.`,
+      );
     }
   }
   return { seeds: seeds ?? (seed === null ? 100 : 1), seed, trace };
@@ -37,7 +39,10 @@ function add(into: Map<string, number>, from: ReadonlyMap<string, number>): void
 }
 
 function table(m: ReadonlyMap<string, number>): string {
-  return [...m].sort(([a], [b]) => a.localeCompare(b)).map(([k, v]) => `  ${k.padEnd(34)} ${v}`).join("\n");
+  return [...m]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([k, v]) => `  ${k.padEnd(34)} ${v}`)
+    .join("\n");
 }
 
 async function main(): Promise<number> {
@@ -82,10 +87,14 @@ async function main(): Promise<number> {
     }
   }
   const seconds = (performance.now() - started) / 1000;
-  console.log(`seeds run: ${seeds} (${first}..${first + seeds - 1}) in ${seconds.toFixed(1)} s, ${(seeds / seconds).toFixed(1)} seeds/s, ${events} events`);
+  console.log(
+    `seeds run: ${seeds} (${first}..${first + seeds - 1}) in ${seconds.toFixed(1)} s, ${(seeds / seconds).toFixed(1)} seeds/s, ${events} events`,
+  );
   console.log(`faults injected by kind:\n${table(faults)}`);
   console.log(`leases granted: ${grants}`);
-  console.log(`commands accepted (written to a device): ${accepted}, of which the gateway's own safe-value writes: ${safeWrites}; replied applied: ${applied}`);
+  console.log(
+    `commands accepted (written to a device): ${accepted}, of which the gateway's own safe-value writes: ${safeWrites}; replied applied: ${applied}`,
+  );
   console.log(`refused by code:\n${table(refused)}`);
   console.log(`violations: ${failed.reduce((n, r) => n + r.violations.length, 0)} in ${failed.length} seed(s)`);
   if (failed.length > 0) console.log(`first failing seed: npm run sim -- --seed ${failed[0]!.seed}`);

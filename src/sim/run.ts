@@ -131,7 +131,13 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const rngLine = root.fork();
   const rngGateway = root.fork();
   const world = new World(MAX_EVENTS);
-  const checker = new Checker(() => world.nowMs, ACTUATORS.map((a) => a.id), profile.audit.lagMs, 20, options.trace ?? null);
+  const checker = new Checker(
+    () => world.nowMs,
+    ACTUATORS.map((a) => a.id),
+    profile.audit.lagMs,
+    20,
+    options.trace ?? null,
+  );
   const faults = new Map<string, number>();
   const fault = (kind: string) => {
     faults.set(kind, (faults.get(kind) ?? 0) + 1);
@@ -149,7 +155,14 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       {
         points: { position: { writable: true, min: 0, max: 100 } },
         expiryPolicy: rngGateway.chance(0.5) ? { kind: "safe", set: { position: 0 } } : { kind: "hold" },
-        limits: { minTtlMs: MIN_TTL_MS, maxTtlMs: MAX_TTL_MS, queueLimit: rngGateway.int(1, 4), recentLimit: 16, safeRetryMinMs: 20, safeRetryMaxMs: 300 },
+        limits: {
+          minTtlMs: MIN_TTL_MS,
+          maxTtlMs: MAX_TTL_MS,
+          queueLimit: rngGateway.int(1, 4),
+          recentLimit: 16,
+          safeRetryMinMs: 20,
+          safeRetryMaxMs: 300,
+        },
       },
     ]),
   );
@@ -253,27 +266,34 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
       event: (actuator, event) => {
         if (!alive()) return;
         checker.note(`event ${actuator} ${event.type} ${event.holder ?? ""} ${event.token ?? ""} ${event.seq ?? ""} ${event.code ?? ""}`);
-        if (event.type === "expired" && event.code === "STALE_TOKEN" && event.token !== undefined) checker.onLeaseRevoked(actuator, event.token);
+        if (event.type === "expired" && event.code === "STALE_TOKEN" && event.token !== undefined)
+          checker.onLeaseRevoked(actuator, event.token);
       },
       state: () => {},
     };
     const bindings: ActuatorBinding[] = units.map((unit) => {
-      const port = new SimDevicePort(unit, world, rngLine, () => (faulty() ? profile.line : { ...profile.line, pLostAnswer: 0, pCrc: 0, pPowerLoss: 0 }), {
-        alive,
-        beforeWrite: (cmd) => {
-          if (!alive()) return;
-          checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
-          // The frame still reaches the device (the port sends it regardless); its audit record, queued, is lost.
-          if (canCrash() && rngGateway.chance(profile.pCrashAfterWrite)) crash(self.p!, "afterWriteBeforeAudit");
+      const port = new SimDevicePort(
+        unit,
+        world,
+        rngLine,
+        () => (faulty() ? profile.line : { ...profile.line, pLostAnswer: 0, pCrc: 0, pPowerLoss: 0 }),
+        {
+          alive,
+          beforeWrite: (cmd) => {
+            if (!alive()) return;
+            checker.onDeviceWrite(unit.id, cmd.holder, cmd.token, cmd.seq);
+            // The frame still reaches the device (the port sends it regardless); its audit record, queued, is lost.
+            if (canCrash() && rngGateway.chance(profile.pCrashAfterWrite)) crash(self.p!, "afterWriteBeforeAudit");
+          },
+          onUnit: (online) => {
+            if (alive()) self.p!.gateway.linkChanged(unit.id, online);
+          },
+          afterAct: () => {
+            if (alive() && canCrash() && rngGateway.chance(profile.pCrashAfterAct)) crash(self.p!, "afterDeviceActed");
+          },
+          fault,
         },
-        onUnit: (online) => {
-          if (alive()) self.p!.gateway.linkChanged(unit.id, online);
-        },
-        afterAct: () => {
-          if (alive() && canCrash() && rngGateway.chance(profile.pCrashAfterAct)) crash(self.p!, "afterDeviceActed");
-        },
-        fault,
-      });
+      );
       return {
         id: unit.id,
         config: configs.get(unit.id)!,

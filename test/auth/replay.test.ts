@@ -30,7 +30,9 @@ beforeAll(async () => {
   });
   attacker = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
   // Sees the requests on the wire, as someone sniffing the network or the broker would.
-  spy = teardown.add(await TopicWatcher.connect(stack.broker.url, ["fencegate/valve-1/lease/renew", "fencegate/valve-1/events"]), (w) => w.close());
+  spy = teardown.add(await TopicWatcher.connect(stack.broker.url, ["fencegate/valve-1/lease/renew", "fencegate/valve-1/events"]), (w) =>
+    w.close(),
+  );
 });
 
 afterAll(() => teardown.run());
@@ -46,15 +48,19 @@ describe("replayed signed requests", () => {
   it("a captured renew replayed every 1.2 s is refused REPLAYED_REQUEST, and the dead holder's 2 s lease expires on time", async () => {
     const from = spy.mark();
     const { owner, lease } = await leaseFor("line-a", 2000);
-    const captured = await spy.waitForJson("fencegate/valve-1/lease/renew", (b) => b.holder === "line-a" && b.token === lease.token, { from });
+    const captured = await spy.waitForJson("fencegate/valve-1/lease/renew", (b) => b.holder === "line-a" && b.token === lease.token, {
+      from,
+    });
     await owner.close(); // the holder dies: no more renewals of its own
     const diedAtMs = performance.now();
     const replies: Json[] = [];
     let expired: Record<string, any> | null = null;
-    spy.waitForJson("fencegate/valve-1/events", (e) => e.type === "expired" && e.token === lease.token, { from, timeoutMs: 8000 }).then(
-      (e) => (expired = e),
-      () => {},
-    );
+    spy
+      .waitForJson("fencegate/valve-1/events", (e) => e.type === "expired" && e.token === lease.token, { from, timeoutMs: 8000 })
+      .then(
+        (e) => (expired = e),
+        () => {},
+      );
     while (expired === null && performance.now() - diedAtMs < 6000) {
       replies.push(await attacker.request("valve-1", "lease/renew", captured));
       await new Promise((r) => setTimeout(r, 1200));
@@ -79,8 +85,14 @@ describe("replayed signed requests", () => {
       expect(r.ok).toBe(false);
       expect(["REPLAYED_REQUEST", "LEASE_EXPIRED"]).toContain(r.error.code);
     }
-    expect(replies[0]!.error).toMatchObject({ code: "REPLAYED_REQUEST", message: expect.stringContaining("replayed request changes nothing") });
-    const refusals = spy.messages.slice(from).map((m) => safeJson(m.payload)).filter((e) => e?.type === "rejected" && e.code === "REPLAYED_REQUEST");
+    expect(replies[0]!.error).toMatchObject({
+      code: "REPLAYED_REQUEST",
+      message: expect.stringContaining("replayed request changes nothing"),
+    });
+    const refusals = spy.messages
+      .slice(from)
+      .map((m) => safeJson(m.payload))
+      .filter((e) => e?.type === "rejected" && e.code === "REPLAYED_REQUEST");
     expect(refusals.length).toBeGreaterThan(0);
   });
 
@@ -89,7 +101,10 @@ describe("replayed signed requests", () => {
     try {
       const renew = (counter?: number) => {
         const body = { holder: "line-b", token: lease.token, ...(counter === undefined ? {} : { counter }) };
-        return attacker.request("valve-1", "lease/renew", { ...body, mac: sign(secret, { verb: "lease/renew", actuator: "valve-1", ...body }) });
+        return attacker.request("valve-1", "lease/renew", {
+          ...body,
+          mac: sign(secret, { verb: "lease/renew", actuator: "valve-1", ...body }),
+        });
       };
       expect((await renew()).error).toMatchObject({ code: "BAD_SIGNATURE", message: expect.stringContaining("must carry counter") });
       expect(await renew(5)).toMatchObject({ ok: true });

@@ -2,16 +2,28 @@ import { describe, expect, it } from "vitest";
 import { canonicalForm, sign, verify } from "../../packages/protocol/src/index.ts";
 import { CoreDriver, codeOf } from "../core/harness.ts";
 
-const FIELDS = { verb: "command", actuator: "valve-1", holder: "line-a", token: 7, seq: 3, set: { speed: 2, position: 42.5 }, deadlineMs: 1000 } as const;
+const FIELDS = {
+  verb: "command",
+  actuator: "valve-1",
+  holder: "line-a",
+  token: 7,
+  seq: 3,
+  set: { speed: 2, position: 42.5 },
+  deadlineMs: 1000,
+} as const;
 
 describe("request signature (authenticated actuators)", () => {
   it("has a documented canonical form, points sorted by name", () => {
     expect(canonicalForm(FIELDS)).toBe('["fencegate-mac-v1","command","valve-1","line-a",7,3,[["position",42.5],["speed",2]],1000]');
-    expect(canonicalForm({ verb: "lease/release", actuator: "valve-1", holder: "line-a", token: 7 })).toBe('["fencegate-mac-v1","lease/release","valve-1","line-a",7,null,null,null]');
+    expect(canonicalForm({ verb: "lease/release", actuator: "valve-1", holder: "line-a", token: 7 })).toBe(
+      '["fencegate-mac-v1","lease/release","valve-1","line-a",7,null,null,null]',
+    );
   });
 
   it("carries a renew's or release's counter in the seq slot (and ignores a command's)", () => {
-    expect(canonicalForm({ verb: "lease/renew", actuator: "valve-1", holder: "line-a", token: 7, counter: 12 })).toBe('["fencegate-mac-v1","lease/renew","valve-1","line-a",7,12,null,null]');
+    expect(canonicalForm({ verb: "lease/renew", actuator: "valve-1", holder: "line-a", token: 7, counter: 12 })).toBe(
+      '["fencegate-mac-v1","lease/renew","valve-1","line-a",7,12,null,null]',
+    );
     expect(canonicalForm({ ...FIELDS, counter: 12 })).toBe(canonicalForm(FIELDS));
   });
 
@@ -72,6 +84,9 @@ describe("authenticated leases in the core", () => {
     const d = new CoreDriver();
     d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
     d.advance(1000);
-    expect(d.request({ type: "acquire", ref: 2, holder: "A", ttlMs: 1000, secret: "k2" }).reply).toMatchObject({ ok: true, lease: { token: 2, secret: "k2" } });
+    expect(d.request({ type: "acquire", ref: 2, holder: "A", ttlMs: 1000, secret: "k2" }).reply).toMatchObject({
+      ok: true,
+      lease: { token: 2, secret: "k2" },
+    });
   });
 });

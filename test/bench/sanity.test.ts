@@ -18,7 +18,17 @@ function consistent(d: Dist, n?: number): void {
 
 describe("bench: latency workload", () => {
   it("produces floors, end-to-end percentiles and their ratios, all consistent", async () => {
-    const options = { ...defaultOptions(true), only: ["latency"] as const, repeats: 1, latencyCommands: 300, floorSamples: 200, slowSyncMs: [], print: false, write: false, build: false };
+    const options = {
+      ...defaultOptions(true),
+      only: ["latency"] as const,
+      repeats: 1,
+      latencyCommands: 300,
+      floorSamples: 200,
+      slowSyncMs: [],
+      print: false,
+      write: false,
+      build: false,
+    };
     const result = await runBench(options);
     const L = result.latency!;
     expect(L.repeats).toHaveLength(1);

@@ -61,7 +61,15 @@ async function rawClient(user: string, extra: IClientOptions = {}): Promise<Mqtt
 
 async function controller(holder: string, protocolVersion: 4 | 5 = 5): Promise<FencegateClient> {
   return teardown.add(
-    await FencegateClient.connect({ url: tlsUrl, holder, username: holder, password: PASSWORDS[holder], tls: tlsOf(holder), protocolVersion, requestTimeoutMs: 5000 }),
+    await FencegateClient.connect({
+      url: tlsUrl,
+      holder,
+      username: holder,
+      password: PASSWORDS[holder],
+      tls: tlsOf(holder),
+      protocolVersion,
+      requestTimeoutMs: 5000,
+    }),
     (c) => c.close(),
   );
 }
@@ -123,7 +131,10 @@ beforeAll(async () => {
   const gwDir = join(dir, "gw");
   mkdirSync(gwDir);
   writeFileSync(join(gwDir, "gw-password"), `${PASSWORDS[GATEWAY_USER]}\n`, { mode: 0o600 });
-  daemon = teardown.add(DaemonProcess.start(gwDir, daemonConfig(gwDir, { username: GATEWAY_USER, passwordFile: "gw-password", tls: tlsOf(GATEWAY_USER) })), (d) => stopDaemon(d));
+  daemon = teardown.add(
+    DaemonProcess.start(gwDir, daemonConfig(gwDir, { username: GATEWAY_USER, passwordFile: "gw-password", tls: tlsOf(GATEWAY_USER) })),
+    (d) => stopDaemon(d),
+  );
   await daemon.ready(["valve-1"], 30_000);
 });
 afterAll(() => teardown.run());
@@ -143,7 +154,11 @@ describe("over mqtts with a CA and client certificates", () => {
     mkdirSync(configDir);
     const file = join(configDir, "gateway.yaml");
     const { stringify } = await import("yaml");
-    const config = daemonConfig(configDir, { username: GATEWAY_USER, password: PASSWORDS[GATEWAY_USER], tls: tlsOf(GATEWAY_USER) }) as Record<string, any>;
+    const config = daemonConfig(configDir, {
+      username: GATEWAY_USER,
+      password: PASSWORDS[GATEWAY_USER],
+      tls: tlsOf(GATEWAY_USER),
+    }) as Record<string, any>;
     writeFileSync(file, stringify({ ...config, mqtt: { ...config.mqtt, url: tlsUrl.replace("127.0.0.1", "localhost") } }));
     expect((await runDoctor(file)).find((f) => f.check === "broker")).toMatchObject({ status: "ok" });
   });
@@ -188,9 +203,20 @@ describe("the example ACL", () => {
     const seen = record(observer);
     await observer.subscribeAsync(["fencegate/#"], { qos: 1 });
     await settle(200);
-    const forged = ["fencegate/valve-1/state", "fencegate/valve-1/events", "fencegate/valve-1/reply/plc-b", "fencegate/_client/plc-b/inbox", "fencegate/gateway/test/status"];
+    const forged = [
+      "fencegate/valve-1/state",
+      "fencegate/valve-1/events",
+      "fencegate/valve-1/reply/plc-b",
+      "fencegate/_client/plc-b/inbox",
+      "fencegate/gateway/test/status",
+    ];
     const results = await Promise.all(
-      forged.map((topic) => forger.publishAsync(topic, "forged", { qos: 1, retain: topic.endsWith("/state") }).then(() => "accepted", (err: Error) => err.message)),
+      forged.map((topic) =>
+        forger.publishAsync(topic, "forged", { qos: 1, retain: topic.endsWith("/state") }).then(
+          () => "accepted",
+          (err: Error) => err.message,
+        ),
+      ),
     );
     await settle();
     expect(seen.filter(([, payload]) => payload === "forged")).toEqual([]);
@@ -209,10 +235,19 @@ describe("the example ACL", () => {
     writeFileSync(file, stringify(daemonConfig(configDir, { username: "plc-a", password: PASSWORDS["plc-a"], tls: tlsOf("plc-a") })));
     const findings = await runDoctor(file);
     expect(findings.find((f) => f.check === "broker")).toMatchObject({ status: "ok" });
-    expect(findings.find((f) => f.check === "broker acl")).toMatchObject({ status: "fail", message: expect.stringContaining("the broker's ACL does not let plc-a read the request topics") });
+    expect(findings.find((f) => f.check === "broker acl")).toMatchObject({
+      status: "fail",
+      message: expect.stringContaining("the broker's ACL does not let plc-a read the request topics"),
+    });
     // The gateway's own user passes the same probe (no running daemon answers it: each hears its own actuators only).
-    writeFileSync(file, stringify(daemonConfig(configDir, { username: GATEWAY_USER, password: PASSWORDS[GATEWAY_USER], tls: tlsOf(GATEWAY_USER) })));
-    expect((await runDoctor(file)).find((f) => f.check === "broker acl")).toMatchObject({ status: "ok", message: expect.stringContaining("Receives requests") });
+    writeFileSync(
+      file,
+      stringify(daemonConfig(configDir, { username: GATEWAY_USER, password: PASSWORDS[GATEWAY_USER], tls: tlsOf(GATEWAY_USER) })),
+    );
+    expect((await runDoctor(file)).find((f) => f.check === "broker acl")).toMatchObject({
+      status: "ok",
+      message: expect.stringContaining("Receives requests"),
+    });
   });
 
   it("doctor says when the broker's certificate is not trusted (no caFile)", async () => {
@@ -223,7 +258,11 @@ describe("the example ACL", () => {
     const { caFile: _ca, ...noCa } = tlsOf(GATEWAY_USER);
     writeFileSync(file, stringify(daemonConfig(configDir, { username: GATEWAY_USER, password: PASSWORDS[GATEWAY_USER], tls: noCa })));
     const broker = (await runDoctor(file)).find((f) => f.check === "broker");
-    expect(broker).toMatchObject({ status: "fail", message: expect.stringContaining("The broker's TLS certificate is not trusted"), fix: expect.stringContaining("mqtt.tls.caFile") });
+    expect(broker).toMatchObject({
+      status: "fail",
+      message: expect.stringContaining("The broker's TLS certificate is not trusted"),
+      fix: expect.stringContaining("mqtt.tls.caFile"),
+    });
   });
 });
 
@@ -235,10 +274,14 @@ describe("wrong credentials", () => {
     const wrongDir = join(dir, "wrong");
     mkdirSync(wrongDir);
     const wrong = teardown.add(
-      DaemonProcess.start(wrongDir, daemonConfig(wrongDir, { username: GATEWAY_USER, password: "not-the-password", tls: tlsOf(GATEWAY_USER) }, "test2", "valve-2", 2)),
+      DaemonProcess.start(
+        wrongDir,
+        daemonConfig(wrongDir, { username: GATEWAY_USER, password: "not-the-password", tls: tlsOf(GATEWAY_USER) }, "test2", "valve-2", 2),
+      ),
       (d) => stopDaemon(d),
     );
-    const refusals = () => wrong.logs.filter((l) => l.msg === "MQTT error" && /not authorized|bad user name or password/i.test(errorText(l.err)));
+    const refusals = () =>
+      wrong.logs.filter((l) => l.msg === "MQTT error" && /not authorized|bad user name or password/i.test(errorText(l.err)));
     await wrong.waitForLog(() => refusals().length >= 3, 30_000, "three refused connection attempts");
     expect(wrong.child.exitCode).toBeNull();
     expect(wrong.logs.some((l) => l.msg === "MQTT connected")).toBe(false);
@@ -263,7 +306,10 @@ describe("credentials over plain mqtt://", () => {
     const port = (listener.address() as net.AddressInfo).port;
     const plainDir = join(dir, "plain");
     mkdirSync(plainDir);
-    const refused = DaemonProcess.start(plainDir, { ...daemonConfig(plainDir, { username: "plc-a", password: "a-secret" }), mqtt: { url: `mqtt://127.0.0.1:${port}`, username: GATEWAY_USER, password: "x" } });
+    const refused = DaemonProcess.start(plainDir, {
+      ...daemonConfig(plainDir, { username: "plc-a", password: "a-secret" }),
+      mqtt: { url: `mqtt://127.0.0.1:${port}`, username: GATEWAY_USER, password: "x" },
+    });
     const exit = await refused.exited;
     expect(exit.code).toBe(78);
     expect(refused.stderr).toContain("mqtt.url");

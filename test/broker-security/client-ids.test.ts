@@ -76,7 +76,17 @@ function tlsOf(user: string) {
 
 function rawOptions(user: string, clientId: string): IClientOptions {
   const { caFile, certFile, keyFile } = tlsOf(user);
-  return { protocolVersion: 5, clientId, username: user, password: PASSWORDS[user], ca: readFileSync(caFile), cert: readFileSync(certFile), key: readFileSync(keyFile), reconnectPeriod: 0, connectTimeout: 5000 };
+  return {
+    protocolVersion: 5,
+    clientId,
+    username: user,
+    password: PASSWORDS[user],
+    ca: readFileSync(caFile),
+    cert: readFileSync(certFile),
+    key: readFileSync(keyFile),
+    reconnectPeriod: 0,
+    connectTimeout: 5000,
+  };
 }
 
 beforeAll(async () => {
@@ -115,7 +125,13 @@ describe("the shipped Mosquitto configuration binds client ids to users", () => 
       await new Promise((r) => setTimeout(r, 200));
       await intruder.endAsync(true);
     }
-    const plc = await FencegateClient.connect({ url: controllersUrl, holder: "plc-b", username: "plc-b", password: PASSWORDS["plc-b"], tls: tlsOf("plc-b") });
+    const plc = await FencegateClient.connect({
+      url: controllersUrl,
+      holder: "plc-b",
+      username: "plc-b",
+      password: PASSWORDS["plc-b"],
+      tls: tlsOf("plc-b"),
+    });
     try {
       expect(await plc.read("valve-1")).toMatchObject({ actuator: "valve-1", online: true });
     } finally {
@@ -126,6 +142,8 @@ describe("the shipped Mosquitto configuration binds client ids to users", () => 
   });
 
   it("a controller cannot log in on the gateways' listener", async () => {
-    await expect(mqtt.connectAsync({ ...brokerAddress(gatewaysUrl), ...rawOptions("plc-a", "fencegate-test") })).rejects.toThrow(/not authorized|bad user name or password/i);
+    await expect(mqtt.connectAsync({ ...brokerAddress(gatewaysUrl), ...rawOptions("plc-a", "fencegate-test") })).rejects.toThrow(
+      /not authorized|bad user name or password/i,
+    );
   });
 });

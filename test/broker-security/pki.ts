@@ -37,10 +37,32 @@ function makeCa(dir: string, name: string): { cert: string; key: string } {
   return { cert: join(dir, `${name}.crt`), key: join(dir, `${name}.key`) };
 }
 
-function sign(dir: string, ca: { cert: string; key: string }, name: string, extensions: string, subject = `/CN=${name}`): { certFile: string; keyFile: string } {
+function sign(
+  dir: string,
+  ca: { cert: string; key: string },
+  name: string,
+  extensions: string,
+  subject = `/CN=${name}`,
+): { certFile: string; keyFile: string } {
   openssl(dir, ["req", ...KEY, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", subject]);
   writeFileSync(join(dir, `${name}.ext`), extensions);
-  openssl(dir, ["x509", "-req", "-in", `${name}.csr`, "-CA", ca.cert, "-CAkey", ca.key, "-CAcreateserial", "-out", `${name}.crt`, "-days", "2", "-extfile", `${name}.ext`]);
+  openssl(dir, [
+    "x509",
+    "-req",
+    "-in",
+    `${name}.csr`,
+    "-CA",
+    ca.cert,
+    "-CAkey",
+    ca.key,
+    "-CAcreateserial",
+    "-out",
+    `${name}.crt`,
+    "-days",
+    "2",
+    "-extfile",
+    `${name}.ext`,
+  ]);
   // Test keys only: readable by the broker after it drops root for the mosquitto user.
   chmodSync(join(dir, `${name}.key`), 0o644);
   return { certFile: join(dir, `${name}.crt`), keyFile: join(dir, `${name}.key`) };

@@ -16,7 +16,16 @@ import { freePort } from "../support/ports.ts";
 import { Teardown, startStack } from "../support/stack.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const CHROMIUM_FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
 const SCREENSHOT = resolve(import.meta.dirname, "../../docs/status-page.png");
 
 const teardown = new Teardown();
@@ -54,7 +63,12 @@ beforeAll(async () => {
   b = teardown.add(await TestController.connect(stack.broker.url, "line-b"), (c) => c.close());
   const profile = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-chromium-")), (d) => rmSync(d, { recursive: true, force: true }));
   context = teardown.add(
-    await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1100, height: 900 } }),
+    await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_FLAGS,
+      viewport: { width: 1100, height: 900 },
+    }),
     (c) => c.close(),
   );
   page = context.pages()[0] ?? (await context.newPage());
@@ -85,7 +99,8 @@ describe("the status page in a browser", () => {
     expect(reply).toMatchObject({ ok: true });
     const token = String(reply.lease.token);
     await page.waitForFunction(
-      ([sel, t]) => document.querySelector(`${sel} .holder`)?.textContent === "line-a" && document.querySelector(`${sel} .token`)?.textContent === t,
+      ([sel, t]) =>
+        document.querySelector(`${sel} .holder`)?.textContent === "line-a" && document.querySelector(`${sel} .token`)?.textContent === t,
       [card("valve-1"), token] as const,
       { timeout: 1000 },
     );
@@ -95,7 +110,8 @@ describe("the status page in a browser", () => {
 
   it("lists a stale command in the feed as refused with STALE_TOKEN", async () => {
     const old = (await a.acquire("valve-1", 30_000)).lease.token as number;
-    for (let seq = 1; seq <= 5; seq++) expect(await a.command("valve-1", old, seq, { position: seq * 10 })).toMatchObject({ ok: true, outcome: "applied" });
+    for (let seq = 1; seq <= 5; seq++)
+      expect(await a.command("valve-1", old, seq, { position: seq * 10 })).toMatchObject({ ok: true, outcome: "applied" });
     expect(await a.request("valve-1", "lease/release", { holder: "line-a", token: old })).toMatchObject({ ok: true });
     const newer = (await b.acquire("valve-1", 30_000)).lease.token as number;
     expect(await a.command("valve-1", old, 6, { position: 99 })).toMatchObject({ ok: false, error: { code: "STALE_TOKEN" } });
@@ -117,7 +133,8 @@ describe("the status page in a browser", () => {
           const id = document.getElementById("gw-id")!;
           new MutationObserver((_, observer) => {
             observer.disconnect();
-            (window as unknown as { uptimeAtFirstDraw: string | null }).uptimeAtFirstDraw = document.getElementById("gw-uptime")!.textContent;
+            (window as unknown as { uptimeAtFirstDraw: string | null }).uptimeAtFirstDraw =
+              document.getElementById("gw-uptime")!.textContent;
           }).observe(id, { childList: true, characterData: true, subtree: true });
         });
       });
@@ -143,7 +160,9 @@ describe("the status page in a browser", () => {
     await page.click("#pause");
     const token = Number(await text(`${card("valve-1")} .token`));
     expect(await b.command("valve-1", token, 1, { position: 33 })).toMatchObject({ ok: true });
-    await page.waitForFunction(() => /^\d+ new while paused$/.test(document.getElementById("feed-note")?.textContent ?? ""), undefined, { timeout: 1000 });
+    await page.waitForFunction(() => /^\d+ new while paused$/.test(document.getElementById("feed-note")?.textContent ?? ""), undefined, {
+      timeout: 1000,
+    });
     expect(await page.locator('#feed li[data-type="applied"]', { hasText: "line-b" }).count()).toBe(0);
     await page.click("#pause");
     expect(await page.locator('#feed li[data-type="applied"]', { hasText: "line-b" }).count()).toBe(1);
@@ -152,7 +171,14 @@ describe("the status page in a browser", () => {
   it("lists the applied commands of the audit trail in order, newest first, filtered and paged", async () => {
     await page.click(`${card("valve-1")} .open-audit`);
     await page.waitForFunction(() => (document.getElementById("audit-rows")?.childElementCount ?? 0) > 0);
-    const rows = async () => page.locator("#audit-rows tr").evaluateAll((trs) => trs.map((tr) => Array.from(tr.children).slice(1).map((td) => td.textContent)));
+    const rows = async () =>
+      page.locator("#audit-rows tr").evaluateAll((trs) =>
+        trs.map((tr) =>
+          Array.from(tr.children)
+            .slice(1)
+            .map((td) => td.textContent),
+        ),
+      );
     expect((await rows()).map((r) => r.join(" "))).toEqual([
       expect.stringMatching(/^line-b \d+ 1 position=33 applied$/),
       ...[5, 4, 3, 2, 1].map((seq) => expect.stringMatching(new RegExp(`^line-a \\d+ ${seq} position=${seq * 10} applied$`))),

@@ -12,7 +12,16 @@ const SEED = Number(process.env.FENCEGATE_SEED ?? Date.now() % 2 ** 31);
 
 describe("chaos on real processes", () => {
   it("keeps every safety property through 10 daemon kills, pauses, controller and broker restarts, link cuts and power cycles", async () => {
-    const result = await runChaos({ kills: 10, seed: SEED, lifeMs: [300, 1500], pauses: 3, brokerRestarts: 2, linkCuts: 2, powerCycles: 2, controllerRestarts: 2 });
+    const result = await runChaos({
+      kills: 10,
+      seed: SEED,
+      lifeMs: [300, 1500],
+      pauses: 3,
+      brokerRestarts: 2,
+      linkCuts: 2,
+      powerCycles: 2,
+      controllerRestarts: 2,
+    });
     const text = report(result);
     console.info(text);
     expect(result.verdict.violations, text).toEqual([]);

@@ -6,10 +6,38 @@
 import { describe, expect, it } from "vitest";
 import { check, positionFor, type ControllerEntry, type DaemonLife, type DeviceEntry, type History } from "./history.ts";
 
-const grant = (holder: string, token: number, mono: number): ControllerEntry => ({ ev: "granted", holder, token, mono, sentMono: mono - 1 });
-const sent = (holder: string, token: number, seq: number, mono: number): ControllerEntry => ({ ev: "sent", holder, token, seq, position: positionFor(seq), mono });
-const applied = (holder: string, token: number, seq: number, mono: number): ControllerEntry => ({ ev: "applied", holder, token, seq, position: positionFor(seq), applied: positionFor(seq), mono });
-const dev = (token: number, seq: number, k: number, mono: number): DeviceEntry => ({ token, seq, position: positionFor(k), mono, errMs: 0.1, simLife: 1 });
+const grant = (holder: string, token: number, mono: number): ControllerEntry => ({
+  ev: "granted",
+  holder,
+  token,
+  mono,
+  sentMono: mono - 1,
+});
+const sent = (holder: string, token: number, seq: number, mono: number): ControllerEntry => ({
+  ev: "sent",
+  holder,
+  token,
+  seq,
+  position: positionFor(seq),
+  mono,
+});
+const applied = (holder: string, token: number, seq: number, mono: number): ControllerEntry => ({
+  ev: "applied",
+  holder,
+  token,
+  seq,
+  position: positionFor(seq),
+  applied: positionFor(seq),
+  mono,
+});
+const dev = (token: number, seq: number, k: number, mono: number): DeviceEntry => ({
+  token,
+  seq,
+  position: positionFor(k),
+  mono,
+  errMs: 0.1,
+  simLife: 1,
+});
 const life = (startMono: number, killMono: number | null, highestGranted: number, granted: [string, number][] = []): DaemonLife => ({
   startMono,
   killMono,
@@ -20,7 +48,16 @@ const life = (startMono: number, killMono: number | null, highestGranted: number
 /** a holds token 1 and applies two commands; the daemon restarts; b gets token 2 and applies one. */
 function clean(): { controllers: ControllerEntry[]; device: DeviceEntry[]; daemon: DaemonLife[] } {
   return {
-    controllers: [grant("a", 1, 10), sent("a", 1, 0, 11), applied("a", 1, 0, 13), sent("a", 1, 1, 14), applied("a", 1, 1, 16), grant("b", 2, 110), sent("b", 2, 0, 111), applied("b", 2, 0, 113)],
+    controllers: [
+      grant("a", 1, 10),
+      sent("a", 1, 0, 11),
+      applied("a", 1, 0, 13),
+      sent("a", 1, 1, 14),
+      applied("a", 1, 1, 16),
+      grant("b", 2, 110),
+      sent("b", 2, 0, 111),
+      applied("b", 2, 0, 113),
+    ],
     device: [dev(1, 0, 0, 12), dev(1, 1, 1, 15), dev(2, 0, 0, 112)],
     daemon: [life(0, 100, 0, [["a", 1]]), life(101, null, 1, [["b", 2]])],
   };
@@ -71,7 +108,10 @@ describe("the chaos checker", () => {
     expect(violations(h).join("\n")).toMatch(/token 1 had been granted before/);
     const h2 = clean();
     // A restarted a, same token: its new command answered with the old (1, 1)'s outcome.
-    h2.controllers.push({ ev: "sent", holder: "a", token: 1, seq: 0, position: 55, mono: 50 }, { ev: "applied", holder: "a", token: 1, seq: 1, position: 55, applied: positionFor(1), mono: 51 });
+    h2.controllers.push(
+      { ev: "sent", holder: "a", token: 1, seq: 0, position: 55, mono: 50 },
+      { ev: "applied", holder: "a", token: 1, seq: 1, position: 55, applied: positionFor(1), mono: 51 },
+    );
     const found = violations(h2).join("\n");
     expect(found).toMatch(/reported applied for two commands/);
     expect(found).toMatch(/asked for 55, reply says 0.01/);

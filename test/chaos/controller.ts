@@ -33,7 +33,8 @@ async function main(): Promise<void> {
       log: { type: "string" },
     },
   });
-  if (!values.url || !values.holder || !values.log) throw new Error("usage: controller.ts --url URL --holder H --log FILE [--actuator A] [--ttl-ms N]");
+  if (!values.url || !values.holder || !values.log)
+    throw new Error("usage: controller.ts --url URL --holder H --log FILE [--actuator A] [--ttl-ms N]");
   const holder = values.holder;
   const actuator = values.actuator;
   const ttlMs = Number(values["ttl-ms"]);
@@ -74,7 +75,11 @@ async function main(): Promise<void> {
         const wait = err.code === "LEASE_HELD" ? Math.min(err.lease?.expiresInMs ?? 100, 300) : 100;
         await sleep(Math.max(20, wait));
       } else {
-        log({ ev: "acquire-refused", code: err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR", message: String((err as Error).message) });
+        log({
+          ev: "acquire-refused",
+          code: err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR",
+          message: String((err as Error).message),
+        });
         await sleep(100);
       }
       continue;
@@ -95,7 +100,14 @@ async function main(): Promise<void> {
       } catch (err) {
         if (err instanceof LeaseLostError) break;
         const code = err instanceof FencegateError ? err.code : err instanceof FencegateTimeoutError ? "TIMEOUT" : "ERROR";
-        log({ ev: "refused", token: lease.token, seq: k, position, code, ...(code === "ERROR" ? { message: String((err as Error).message) } : {}) });
+        log({
+          ev: "refused",
+          token: lease.token,
+          seq: k,
+          position,
+          code,
+          ...(code === "ERROR" ? { message: String((err as Error).message) } : {}),
+        });
         if (lease.lost) break;
         // Not sent, or unknown: back off a little and go on with a new seq.
         if (code !== "STALE_SEQ") await sleep(50);

@@ -23,7 +23,15 @@ import { join } from "node:path";
 import type { DaemonProcess } from "../support/daemon.ts";
 import { GATEWAYS, isServing, isSteppingDown, startGroup } from "../support/group.ts";
 import { Teardown } from "../support/stack.ts";
-import { controllerHistory, daemonLife, prng, spawnController, stopControllers, type ChaosController, type ChaosResult } from "./harness.ts";
+import {
+  controllerHistory,
+  daemonLife,
+  prng,
+  spawnController,
+  stopControllers,
+  type ChaosController,
+  type ChaosResult,
+} from "./harness.ts";
 import { check, monoMs, type DaemonLife, type DeviceEntry, type Verdict } from "./history.ts";
 
 export interface GroupChaosOptions {
@@ -66,8 +74,13 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 function keepDaemonLogs(dir: string, lives: readonly Life[]): void {
   const wallMinusMono = Date.now() - monoMs();
   for (const [n, life] of lives.entries()) {
-    const lines = life.d.logs.map((l) => JSON.stringify(typeof l.time === "number" ? { mono: Number((l.time - wallMinusMono).toFixed(1)), ...l } : l));
-    writeFileSync(join(dir, `gateway-${n}-${GATEWAYS[life.gateway]}.jsonl`), [JSON.stringify({ startMono: life.startMono, killMono: life.killMono }), ...lines, ""].join("\n"));
+    const lines = life.d.logs.map((l) =>
+      JSON.stringify(typeof l.time === "number" ? { mono: Number((l.time - wallMinusMono).toFixed(1)), ...l } : l),
+    );
+    writeFileSync(
+      join(dir, `gateway-${n}-${GATEWAYS[life.gateway]}.jsonl`),
+      [JSON.stringify({ startMono: life.startMono, killMono: life.killMono }), ...lines, ""].join("\n"),
+    );
   }
 }
 
@@ -90,7 +103,19 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
   const between = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
   const ttlMs = options.ttlMs ?? 2000;
   const leaseTtlMs = options.leaseTtlMs ?? 3000;
-  const counts: GroupChaosCounts = { faults: 0, kills: 0, pauses: 0, etcdRestarts: 0, linkCuts: 0, linkStalls: 0, zombies: 0, takeovers: 0, stepDowns: 0, gatewayLives: 0, deviceRefusals: 0 };
+  const counts: GroupChaosCounts = {
+    faults: 0,
+    kills: 0,
+    pauses: 0,
+    etcdRestarts: 0,
+    linkCuts: 0,
+    linkStalls: 0,
+    zombies: 0,
+    takeovers: 0,
+    stepDowns: 0,
+    gatewayLives: 0,
+    deviceRefusals: 0,
+  };
   const teardown = new Teardown();
   const lives: Life[] = [];
   const controllers: ChaosController[] = [];
@@ -101,7 +126,13 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
 
   try {
     // The members' election timeout fits the lease (src/config/schema.ts): an etcd member restart moves etcd's leader without a step-down.
-    const group = await startGroup(teardown, { name: "chaos", etcd: { members: 3, electionTimeoutMs: 300 }, leaseTtlMs, selfFenceMarginMs: 500, gateway: { logging: { level: "info" } } });
+    const group = await startGroup(teardown, {
+      name: "chaos",
+      etcd: { members: 3, electionTimeoutMs: 300 },
+      leaseTtlMs,
+      selfFenceMarginMs: 500,
+      gateway: { logging: { level: "info" } },
+    });
     const start = (i: number) => {
       lives.push({ gateway: i, d: group.start(i), startMono: monoMs(), killMono: null });
       counts.gatewayLives++;
@@ -161,7 +192,11 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
             start(i);
             // Not faulted again before its start is on record: the log is written in batches, and
             // a kill before the "journal loaded" line is out would leave the checker without it.
-            await current(i).d.waitForLog((l) => l.msg === "group member started; standing by until this gateway holds the group's leader key", 30_000, "the gateway started");
+            await current(i).d.waitForLog(
+              (l) => l.msg === "group member started; standing by until this gateway holds the group's leader key",
+              30_000,
+              "the gateway started",
+            );
           });
         case "pause":
           return run(`gw${i}`, async () => {
@@ -215,7 +250,13 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
             d.child.kill("SIGSTOP");
             const taken = current(other).d;
             const seen = taken.logs.filter(isServing).length;
-            await taken.waitForLog((l) => isServing(l) && taken.logs.filter(isServing).length > seen, leaseTtlMs + 10_000, "the other gateway taking over").catch(() => undefined);
+            await taken
+              .waitForLog(
+                (l) => isServing(l) && taken.logs.filter(isServing).length > seen,
+                leaseTtlMs + 10_000,
+                "the other gateway taking over",
+              )
+              .catch(() => undefined);
             const before = group.sim.device(1).refusalCount;
             const writes = link.heldWrites;
             link.release();
@@ -265,10 +306,20 @@ export async function runGroupChaos(options: GroupChaosOptions): Promise<ChaosRe
     // The in-process simulator's clock is this process's performance.now().
     const offset = monoMs() - performance.now();
     counts.deviceRefusals = group.sim.device(1).refusalCount;
-    device.push(...group.sim.device(1).applied.map((e) => ({ token: e.token ?? 0, seq: e.seq ?? 0, position: e.setpoints.position, mono: e.at + offset, errMs: 0.5, simLife: 1 })));
+    device.push(
+      ...group.sim.device(1).applied.map((e) => ({
+        token: e.token ?? 0,
+        seq: e.seq ?? 0,
+        position: e.setpoints.position,
+        mono: e.at + offset,
+        errMs: 0.5,
+        simLife: 1,
+      })),
+    );
     for (const life of lives) {
       const { exitCode, signalCode } = life.d.child;
-      if (life.killMono === null && (exitCode !== null || signalCode !== null)) problems.push(`${GATEWAYS[life.gateway]} exited by itself (${exitCode ?? signalCode}): ${life.d.stderr.slice(-500)}`);
+      if (life.killMono === null && (exitCode !== null || signalCode !== null))
+        problems.push(`${GATEWAYS[life.gateway]} exited by itself (${exitCode ?? signalCode}): ${life.d.stderr.slice(-500)}`);
       counts.takeovers += life.d.logs.filter(isServing).length;
       counts.stepDowns += life.d.logs.filter(isSteppingDown).length;
     }

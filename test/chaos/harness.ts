@@ -81,9 +81,13 @@ export interface ChaosController {
 /** Starts controller `i` (holder ctl-i, log dir/controller-i.jsonl); again on the same log after a kill. */
 export function spawnController(brokerUrl: string, dir: string, i: number, ttlMs: number): ChaosController {
   const log = join(dir, `controller-${i}.jsonl`);
-  const child = spawn(process.execPath, ["--import", "tsx", CONTROLLER, "--url", brokerUrl, "--holder", `ctl-${i}`, "--actuator", A, "--ttl-ms", String(ttlMs), "--log", log], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", CONTROLLER, "--url", brokerUrl, "--holder", `ctl-${i}`, "--actuator", A, "--ttl-ms", String(ttlMs), "--log", log],
+    {
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
   const c: ChaosController = { child, exited: new Promise((r) => child.once("exit", r)), paused: false, log, stderr: "" };
   child.stderr!.setEncoding("utf8").on("data", (s: string) => (c.stderr += s));
   return c;
@@ -159,13 +163,17 @@ async function simControl(control: string, sim: SimProcess, cmd: ControlCommand)
   } catch (err) {
     const { exitCode, signalCode } = sim.child;
     const state = exitCode === null && signalCode === null ? "still runs" : `exited (${exitCode ?? signalCode})`;
-    throw new Error(`simulator control request ${cmd.op} failed: ${(err as Error).message}; the simulator (pid ${sim.child.pid}) ${state}; its stderr: ${sim.stderr.slice(-1000) || "-"}`, { cause: err });
+    throw new Error(
+      `simulator control request ${cmd.op} failed: ${(err as Error).message}; the simulator (pid ${sim.child.pid}) ${state}; its stderr: ${sim.stderr.slice(-1000) || "-"}`,
+      { cause: err },
+    );
   }
 }
 
 /** The device's applied log, moved onto CLOCK_MONOTONIC with the best of a few clock probes. */
 async function readDevice(control: string, sim: SimProcess, simLife: number): Promise<DeviceEntry[]> {
-  let best: { offset: number; err: number; applied: { token: number; seq: number; setpoints: { position: number }; at: number }[] } | null = null;
+  let best: { offset: number; err: number; applied: { token: number; seq: number; setpoints: { position: number }; at: number }[] } | null =
+    null;
   for (let i = 0; i < 3; i++) {
     const t0 = monoMs();
     const answer = (await simControl(control, sim, { op: "device", unit: 1 })) as { now: number; device: { applied: never[] } };
@@ -174,13 +182,24 @@ async function readDevice(control: string, sim: SimProcess, simLife: number): Pr
     if (!best || err < best.err) best = { offset: (t0 + t1) / 2 - answer.now, err, applied: answer.device.applied };
   }
   const b = best!;
-  return b.applied.map((e) => ({ token: e.token, seq: e.seq, position: e.setpoints.position, mono: e.at + b.offset, errMs: b.err, simLife }));
+  return b.applied.map((e) => ({
+    token: e.token,
+    seq: e.seq,
+    position: e.setpoints.position,
+    mono: e.at + b.offset,
+    errMs: b.err,
+    simLife,
+  }));
 }
 
 export function daemonLife(d: DaemonProcess, startMono: number, killMono: number | null, gateway?: string): DaemonLife {
   const loadedLine = d.logs.find((l) => l.msg === "journal loaded" && l.actuator === A);
-  const loaded = loadedLine ? { highestGranted: loadedLine.highestGranted as number, fence: loadedLine.fence as { token: number; seq: number | null } } : null;
-  const granted = d.logs.filter((l: LogLine) => l.msg === "granted" && l.actuator === A).map((l) => ({ holder: l.holder as string, token: l.token as number }));
+  const loaded = loadedLine
+    ? { highestGranted: loadedLine.highestGranted as number, fence: loadedLine.fence as { token: number; seq: number | null } }
+    : null;
+  const granted = d.logs
+    .filter((l: LogLine) => l.msg === "granted" && l.actuator === A)
+    .map((l) => ({ holder: l.holder as string, token: l.token as number }));
   return { startMono, killMono, loaded, granted, ...(gateway !== undefined ? { gateway } : {}) };
 }
 
@@ -210,7 +229,16 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
   mkdirSync(ptyDir);
   const stateFile = join(dir, "eeprom.json");
   const control = join(dir, "control.sock");
-  const counts: ChaosCounts = { kills: 0, pauses: 0, brokerRestarts: 0, linkCuts: 0, powerCycles: 0, controllerRestarts: 0, daemonLives: 0, simLives: 0 };
+  const counts: ChaosCounts = {
+    kills: 0,
+    pauses: 0,
+    brokerRestarts: 0,
+    linkCuts: 0,
+    powerCycles: 0,
+    controllerRestarts: 0,
+    daemonLives: 0,
+    simLives: 0,
+  };
   const device: DeviceEntry[] = [];
   const lives: DaemonLife[] = [];
   const problems: string[] = [];
@@ -247,7 +275,12 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       counts.daemonLives++;
       await d.ready([A], 30_000);
       const t0 = d.logs[0]?.time as number;
-      say(`  daemon ready in ${Math.round(monoMs() - startMono)} ms: ${d.logs.slice(0, 12).map((l) => `${l.msg}@${(l.time as number) - t0}`).join(", ")}`);
+      say(
+        `  daemon ready in ${Math.round(monoMs() - startMono)} ms: ${d.logs
+          .slice(0, 12)
+          .map((l) => `${l.msg}@${(l.time as number) - t0}`)
+          .join(", ")}`,
+      );
       return { d, startMono };
     };
 
@@ -258,8 +291,15 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     /** The controller whose log says it holds the lease now, or -1. */
     const holderNow = (): number => {
       for (const [i, c] of controllers.entries()) {
-        const lines = existsSync(c.log) ? readFileSync(c.log, "utf8").trimEnd().split("\n").filter((l) => l !== "") : [];
-        const last = lines.map((l) => JSON.parse(l) as ControllerEntry).findLast((e) => e.ev === "granted" || e.ev === "lost" || e.ev === "start");
+        const lines = existsSync(c.log)
+          ? readFileSync(c.log, "utf8")
+              .trimEnd()
+              .split("\n")
+              .filter((l) => l !== "")
+          : [];
+        const last = lines
+          .map((l) => JSON.parse(l) as ControllerEntry)
+          .findLast((e) => e.ev === "granted" || e.ev === "lost" || e.ev === "start");
         if (last?.ev === "granted" && !c.paused) return i;
       }
       return -1;
@@ -350,12 +390,17 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       }
       await sleep(Math.max(0, lifeMs - t));
       const d = life.d;
-      if (d.child.exitCode !== null || d.child.signalCode !== null) problems.push(`daemon life ${counts.daemonLives} exited by itself (${d.child.exitCode ?? d.child.signalCode}): ${d.stderr.slice(-500)}`);
+      if (d.child.exitCode !== null || d.child.signalCode !== null)
+        problems.push(
+          `daemon life ${counts.daemonLives} exited by itself (${d.child.exitCode ?? d.child.signalCode}): ${d.stderr.slice(-500)}`,
+        );
       const killMono = monoMs();
       await d.kill("SIGKILL");
       counts.kills++;
       lives.push(daemonLife(d, life.startMono, killMono));
-      say(`kill ${counts.kills}/${kills} after ${lifeMs} ms (faults: ${faults.join(",") || "-"}); applied so far at this sim: ${device.length}+`);
+      say(
+        `kill ${counts.kills}/${kills} after ${lifeMs} ms (faults: ${faults.join(",") || "-"}); applied so far at this sim: ${device.length}+`,
+      );
       await sleep(between(0, 200));
       life = await startDaemon();
     }

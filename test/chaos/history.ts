@@ -89,7 +89,8 @@ export function check(h: History): Verdict {
   for (let i = 1; i < h.device.length; i++) {
     const [p, q] = [h.device[i - 1]!, h.device[i]!];
     if (q.token < p.token) v(`device: token went back from ${p.token} to ${q.token} (entry ${i})`);
-    else if (q.token === p.token && q.seq <= p.seq) v(`device: (token, seq) did not increase: (${p.token}, ${p.seq}) then (${q.token}, ${q.seq}) (entry ${i})`);
+    else if (q.token === p.token && q.seq <= p.seq)
+      v(`device: (token, seq) did not increase: (${p.token}, ${p.seq}) then (${q.token}, ${q.seq}) (entry ${i})`);
   }
 
   // 2. No token granted to two grants: never to two holders; to the same holder twice only
@@ -126,13 +127,15 @@ export function check(h: History): Verdict {
     if (e.ev === "sent") sent.add(`${e.token}/${e.position}`);
     if (e.ev === "applied") {
       appliedReplies++;
-      if (!atDevice.has(`${e.token}/${e.position}`)) v(`${e.holder} was told (${e.token}, ${e.seq}) position ${e.position} was applied; the device never applied it`);
+      if (!atDevice.has(`${e.token}/${e.position}`))
+        v(`${e.holder} was told (${e.token}, ${e.seq}) position ${e.position} was applied; the device never applied it`);
       if (e.applied !== e.position) v(`${e.holder}: (${e.token}, ${e.seq}) asked for ${e.position}, reply says ${e.applied}`);
       // One (token, seq) names one command: two commands answered as the same one means one
       // of them got the other's outcome, and its own effect was silently lost.
       const key = `${e.token}/${e.seq}`;
       const first = appliedAs.get(key);
-      if (first !== undefined && first !== `${e.holder}/${e.position}`) v(`(${e.token}, ${e.seq}) reported applied for two commands: ${first} and ${e.holder}/${e.position}`);
+      if (first !== undefined && first !== `${e.holder}/${e.position}`)
+        v(`(${e.token}, ${e.seq}) reported applied for two commands: ${first} and ${e.holder}/${e.position}`);
       appliedAs.set(key, `${e.holder}/${e.position}`);
     }
     if (e.ev === "refused" || e.ev === "acquire-refused") refusedByCode[e.code] = (refusedByCode[e.code] ?? 0) + 1;
@@ -162,7 +165,10 @@ export function check(h: History): Verdict {
   for (const d of h.device) {
     const at = d.mono - d.errMs; // the earliest the device can have acted
     const newer = grantTimes.find((g) => g.token > d.token && g.mono < at);
-    if (newer) v(`device applied token ${d.token} at ${d.mono.toFixed(1)} ms; token ${newer.token} had been granted to ${newer.holder} by ${newer.mono.toFixed(1)} ms`);
+    if (newer)
+      v(
+        `device applied token ${d.token} at ${d.mono.toFixed(1)} ms; token ${newer.token} had been granted to ${newer.holder} by ${newer.mono.toFixed(1)} ms`,
+      );
   }
 
   // 6. Each gateway's journal never went back across its restarts. A gateway on its own
@@ -176,14 +182,18 @@ export function check(h: History): Verdict {
       const loaded = d.loaded ?? { highestGranted: 0, fence: { token: 0, seq: null } };
       const who = gateway === undefined ? `life ${life}` : `${gateway} (life ${life})`;
       if (prevLoaded) {
-        if (loaded.highestGranted < prevLoaded.highestGranted) v(`${who}: journal highestGranted ${loaded.highestGranted} < ${prevLoaded.highestGranted} at the previous start`);
-        if (fenceLess(loaded.fence, prevLoaded.fence)) v(`${who}: journal fence ${JSON.stringify(loaded.fence)} < ${JSON.stringify(prevLoaded.fence)} at the previous start`);
+        if (loaded.highestGranted < prevLoaded.highestGranted)
+          v(`${who}: journal highestGranted ${loaded.highestGranted} < ${prevLoaded.highestGranted} at the previous start`);
+        if (fenceLess(loaded.fence, prevLoaded.fence))
+          v(`${who}: journal fence ${JSON.stringify(loaded.fence)} < ${JSON.stringify(prevLoaded.fence)} at the previous start`);
       }
       if (gateways.size === 1) {
         const seenBefore = grants.filter((g) => g.mono < d.startMono).reduce((m, g) => Math.max(m, g.token), 0);
-        if (loaded.highestGranted < seenBefore) v(`${who}: journal loaded highestGranted ${loaded.highestGranted}, but token ${seenBefore} had been granted before`);
+        if (loaded.highestGranted < seenBefore)
+          v(`${who}: journal loaded highestGranted ${loaded.highestGranted}, but token ${seenBefore} had been granted before`);
         const appliedBefore = h.device.filter((e) => e.mono + e.errMs < d.startMono).reduce((m, e) => Math.max(m, e.token), 0);
-        if (loaded.fence.token < appliedBefore && life > 0) v(`${who}: journal fence token ${loaded.fence.token} below token ${appliedBefore} already applied at the device`);
+        if (loaded.fence.token < appliedBefore && life > 0)
+          v(`${who}: journal fence token ${loaded.fence.token} below token ${appliedBefore} already applied at the device`);
       }
       prevLoaded = loaded;
     }

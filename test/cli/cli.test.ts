@@ -90,12 +90,21 @@ afterAll(async () => {
 describe("fencegate CLI", () => {
   it("takes, uses, renews and gives back a lease (human output)", async () => {
     const acquired = await cli("lease", "acquire", "valve-1", "--ttl-ms", "30000", "--holder", "ops-1");
-    expect(acquired).toMatchObject({ code: 0, stdout: "valve-1: lease granted to ops-1, token 1, ttl 30000 ms (renew before it runs out)\n" });
+    expect(acquired).toMatchObject({
+      code: 0,
+      stdout: "valve-1: lease granted to ops-1, token 1, ttl 30000 ms (renew before it runs out)\n",
+    });
     const sent = await cli("send", "valve-1", "position=33.3", "--token", "1", "--seq", "5", "--holder", "ops-1");
     expect(sent).toMatchObject({ code: 0, stdout: "valve-1: applied position=33.3 (token 1, seq 5)\n" });
     expect(sim.device(1).targetPosition).toBe(33.3);
-    expect(await cli("lease", "renew", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({ code: 0, stdout: "valve-1: lease 1 renewed for 30000 ms\n" });
-    expect(await cli("lease", "release", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({ code: 0, stdout: "valve-1: lease 1 released\n" });
+    expect(await cli("lease", "renew", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({
+      code: 0,
+      stdout: "valve-1: lease 1 renewed for 30000 ms\n",
+    });
+    expect(await cli("lease", "release", "valve-1", "--token", "1", "--holder", "ops-1")).toMatchObject({
+      code: 0,
+      stdout: "valve-1: lease 1 released\n",
+    });
   });
 
   it("prints JSON for scripts", async () => {
@@ -103,20 +112,40 @@ describe("fencegate CLI", () => {
     expect(acquired.code).toBe(0);
     const { token } = json(acquired);
     expect(json(acquired)).toEqual({ ok: true, actuator: "valve-2", holder: "ops-2", token, ttlMs: 30000 });
-    const sent = await cli("send", "valve-2", "position=10", "speed=1", "--token", String(token), "--seq", "1", "--holder", "ops-2", "--json");
+    const sent = await cli(
+      "send",
+      "valve-2",
+      "position=10",
+      "speed=1",
+      "--token",
+      String(token),
+      "--seq",
+      "1",
+      "--holder",
+      "ops-2",
+      "--json",
+    );
     expect(sent.code).toBe(5);
     expect(json(sent)).toMatchObject({ ok: false, error: { code: "UNKNOWN_POINT" } });
     const ok = await cli("send", "valve-2", "position=10", "--token", String(token), "--holder", "ops-2", "--json");
     expect(json(ok)).toMatchObject({ ok: true, actuator: "valve-2", token, applied: { position: 10 } });
     expect(json(ok).seq).toBe(1); // default seq: the counter's first for this holder and token
     const read = await cli("read", "valve-2", "--json");
-    expect(json(read)).toMatchObject({ ok: true, actuator: "valve-2", online: true, lease: { holder: "ops-2", token }, points: { position: 10 } });
+    expect(json(read)).toMatchObject({
+      ok: true,
+      actuator: "valve-2",
+      online: true,
+      lease: { holder: "ops-2", token },
+      points: { position: 10 },
+    });
   });
 
   it("reads state for people", async () => {
     const read = await cli("read", "valve-3");
     expect(read.code).toBe(0);
-    expect(read.stdout).toMatch(/^valve-3: online\n {2}lease {2}free\n {2}fence {2}token \d+, seq .+\n {2}points actual=\d+ position=\d+ status=\d+\n$/);
+    expect(read.stdout).toMatch(
+      /^valve-3: online\n {2}lease {2}free\n {2}fence {2}token \d+, seq .+\n {2}points actual=\d+ position=\d+ status=\d+\n$/,
+    );
   });
 
   it("lists every actuator in status, as a table and as JSON", async () => {
@@ -132,7 +161,10 @@ describe("fencegate CLI", () => {
   });
 
   it("follows states and decisions with watch", async () => {
-    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3", "--json", "--count", "3"], { env: { ...process.env, FENCEGATE_BROKER: broker.url }, stdio: ["ignore", "pipe", "inherit"] });
+    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3", "--json", "--count", "3"], {
+      env: { ...process.env, FENCEGATE_BROKER: broker.url },
+      stdio: ["ignore", "pipe", "inherit"],
+    });
     let stdout = "";
     const exited = new Promise<number | null>((resolve) => watch.once("close", (code) => resolve(code)));
     // Its first line is the retained state, printed once it subscribed: only then is there a
@@ -147,7 +179,10 @@ describe("fencegate CLI", () => {
     );
     await cli("lease", "acquire", "valve-3", "--ttl-ms", "5000", "--holder", "ops-3");
     expect(await exited).toBe(0);
-    const items = stdout.trim().split("\n").map((l) => JSON.parse(l));
+    const items = stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(items[0].kind).toBe("state");
     expect(items.map((i: { kind: string; event?: { type: string } }) => i.event?.type)).toContain("granted");
   });
@@ -185,9 +220,22 @@ describe("fencegate CLI", () => {
   });
 
   it("has --help with examples on every command", async () => {
-    const commands = [["lease", "acquire"], ["lease", "renew"], ["lease", "release"], ["send"], ["read"], ["status"], ["watch"], ["daemon"], ["sim"], ["start"], ["demo"]];
+    const commands = [
+      ["lease", "acquire"],
+      ["lease", "renew"],
+      ["lease", "release"],
+      ["send"],
+      ["read"],
+      ["status"],
+      ["watch"],
+      ["daemon"],
+      ["sim"],
+      ["start"],
+      ["demo"],
+    ];
     const runs: Run[] = [];
-    for (let i = 0; i < commands.length; i += 3) runs.push(...(await Promise.all(commands.slice(i, i + 3).map((c) => cli(...c, "--help")))));
+    for (let i = 0; i < commands.length; i += 3)
+      runs.push(...(await Promise.all(commands.slice(i, i + 3).map((c) => cli(...c, "--help")))));
     runs.forEach((run, i) => {
       expect(run.code, commands[i]!.join(" ")).toBe(0);
       expect(run.stdout, commands[i]!.join(" ")).toMatch(/usage: fencegate/);
@@ -222,13 +270,17 @@ describe("fencegate CLI", () => {
   ])("refuses %s as a value: usage error 64, in three lines", async (_name, pair) => {
     const run = await cli("send", "valve-1", pair, "--token", "1", "--holder", "ops-1");
     expect(run.code).toBe(64);
-    expect(run.stderr).toBe(`fencegate send: "${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)\nusage: fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]\nRun \`fencegate send --help\` for the options and examples.\n`);
+    expect(run.stderr).toBe(
+      `fencegate send: "${pair}" is not point=number (a decimal number, such as position=42.5 or offset=-3)\nusage: fencegate send ACTUATOR POINT=VALUE... --token N [--seq N] [--deadline-ms N]\nRun \`fencegate send --help\` for the options and examples.\n`,
+    );
   });
 
   it("refuses a holder with a space: usage error 64 naming the allowed characters", async () => {
     const run = await cli("lease", "acquire", "valve-1", "--ttl-ms", "1000", "--holder", "op 1");
     expect(run.code).toBe(64);
-    expect(run.stderr.split("\n")[0]).toBe('fencegate lease acquire: holder "op 1" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)');
+    expect(run.stderr.split("\n")[0]).toBe(
+      'fencegate lease acquire: holder "op 1" is not allowed: 1 to 128 characters of A-Z a-z 0-9 . _ : - (no spaces)',
+    );
   });
 
   it("keeps usage errors short: an unknown option, an unknown command", async () => {
@@ -287,7 +339,10 @@ describe("fencegate CLI without a gateway", () => {
     const wire = await TopicWatcher.connect(lonely.url, ["fencegate/#"]);
     try {
       const askedAt = wire.waitFor((m) => !m.retain, { timeoutMs: 30_000, what: "the CLI's request" }).then(() => performance.now());
-      const child = spawn(process.execPath, [FENCEGATE_BIN, "read", "valve-1"], { env: { ...process.env, FENCEGATE_BROKER: lonely.url }, stdio: ["ignore", "ignore", "pipe"] });
+      const child = spawn(process.execPath, [FENCEGATE_BIN, "read", "valve-1"], {
+        env: { ...process.env, FENCEGATE_BROKER: lonely.url },
+        stdio: ["ignore", "ignore", "pipe"],
+      });
       let stderr = "";
       let saidAt = 0;
       child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
@@ -296,7 +351,9 @@ describe("fencegate CLI without a gateway", () => {
       });
       const code = await new Promise<number | null>((resolve) => child.once("close", (c) => resolve(c)));
       expect(code).toBe(4);
-      expect(stderr).toBe(`no answer: no fencegate gateway is online on ${lonely.url} (nothing says online on fencegate/gateway/+/status): start the daemon, or check --broker and --base\n`);
+      expect(stderr).toBe(
+        `no answer: no fencegate gateway is online on ${lonely.url} (nothing says online on fencegate/gateway/+/status): start the daemon, or check --broker and --base\n`,
+      );
       expect(saidAt - (await askedAt)).toBeLessThan(2000);
     } finally {
       await wire.close();
@@ -326,7 +383,9 @@ describe("fencegate CLI: what an operator types wrong or leaves out", () => {
     const run = await cliWith(env, "read", "valve-1", ...flags);
     expect(run.code).toBe(64);
     const url = flags[1] ?? env.FENCEGATE_BROKER;
-    expect(run.stderr.split("\n")[0]).toBe(`fencegate read: ${source} "${url}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`);
+    expect(run.stderr.split("\n")[0]).toBe(
+      `fencegate read: ${source} "${url}" is not a broker URL: mqtt://HOST:1883, mqtts://HOST:8883, ws://HOST/PATH or wss://HOST/PATH`,
+    );
   });
 
   it("numbers sends without --seq from a counter per holder and token, moved above the fence when the counter was lost", async () => {
@@ -339,7 +398,17 @@ describe("fencegate CLI: what an operator types wrong or leaves out", () => {
     }
     expect(seqs).toEqual([1, 2]);
     // Another account (or a wiped home): its counter starts at 1, which the fence already passed.
-    const elsewhere = await cliWith({ FENCEGATE_BROKER: broker.url, FENCEGATE_STATE_DIR: join(dir, "state-elsewhere") }, "send", "valve-1", "position=13", "--token", String(token), "--holder", "ops-seq", "--json");
+    const elsewhere = await cliWith(
+      { FENCEGATE_BROKER: broker.url, FENCEGATE_STATE_DIR: join(dir, "state-elsewhere") },
+      "send",
+      "valve-1",
+      "position=13",
+      "--token",
+      String(token),
+      "--holder",
+      "ops-seq",
+      "--json",
+    );
     expect(json(elsewhere)).toMatchObject({ ok: true, seq: 3, applied: { position: 13 } });
     expect(sim.device(1).targetPosition).toBe(13);
     await cli("lease", "release", "valve-1", "--token", String(token), "--holder", "ops-seq");
@@ -351,8 +420,16 @@ describe("fencegate CLI: what an operator types wrong or leaves out", () => {
   });
 
   it.each([
-    ["a negative --seq", ["send", "valve-1", "position=1", "--token", "1", "--seq", "-1"], 'fencegate send: --seq needs a value; "-1" starts with "-", so write --seq=-1 if that is the value'],
-    ["a negative --seq written with =", ["send", "valve-1", "position=1", "--token", "1", "--seq=-1"], "fencegate send: --seq must be an integer ≥ 0"],
+    [
+      "a negative --seq",
+      ["send", "valve-1", "position=1", "--token", "1", "--seq", "-1"],
+      'fencegate send: --seq needs a value; "-1" starts with "-", so write --seq=-1 if that is the value',
+    ],
+    [
+      "a negative --seq written with =",
+      ["send", "valve-1", "position=1", "--token", "1", "--seq=-1"],
+      "fencegate send: --seq must be an integer ≥ 0",
+    ],
     ["an unknown option", ["read", "valve-1", "--colour", "red"], 'fencegate read: unknown option "--colour"'],
     ["a flag given a value", ["status", "--json=yes"], "fencegate status: --json takes no value"],
     ["a missing value", ["read", "valve-1", "-b"], "fencegate read: --broker needs a value"],
@@ -399,7 +476,10 @@ describe("fencegate CLI: what an operator types wrong or leaves out", () => {
     const wire = await TopicWatcher.connect(broker.url, ["fencegate/valve-1/command"]);
     try {
       const run = await cli("send", "valve-1", "position=5", "position=6", "--token", "1", "--seq", "1", "--holder", "ops-1");
-      expect(run).toMatchObject({ code: 64, stderr: `fencegate send: position is given twice (position=5 and position=6): give each point once\n${SEND_USAGE}\nRun \`fencegate send --help\` for the options and examples.\n` });
+      expect(run).toMatchObject({
+        code: 64,
+        stderr: `fencegate send: position is given twice (position=5 and position=6): give each point once\n${SEND_USAGE}\nRun \`fencegate send --help\` for the options and examples.\n`,
+      });
       expect(wire.messages).toEqual([]);
     } finally {
       await wire.close();

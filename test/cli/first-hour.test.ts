@@ -75,23 +75,34 @@ function setup(overrides: { busPort?: number; metricsPort?: number; journal?: st
 
 describe("the first hour", () => {
   it("npm start with a wrong configuration: the daemon's messages, exit 78, no stack", async () => {
-    const bad = writeYaml("bad.yaml", "gatewayId: dev\nmqtt: { url: 'mqtt://127.0.0.1:1883' }\nbuses: { sim: { type: tcp, host: 127.0.0.1, port: 99999 } }\nactuators: []\n");
+    const bad = writeYaml(
+      "bad.yaml",
+      "gatewayId: dev\nmqtt: { url: 'mqtt://127.0.0.1:1883' }\nbuses: { sim: { type: tcp, host: 127.0.0.1, port: 99999 } }\nactuators: []\n",
+    );
     const started = await run("npm", ["start", "--silent", "--", "--config", bad]);
     expect(started.code).toBe(78);
-    expect(started.stderr).toBe(`Configuration ${bad} has 2 problems:\n  - buses.sim.port (line 3): Must be a whole number from 1 to 65535.\n  - actuators (line 4): Define at least one actuator.\n`);
+    expect(started.stderr).toBe(
+      `Configuration ${bad} has 2 problems:\n  - buses.sim.port (line 3): Must be a whole number from 1 to 65535.\n  - actuators (line 4): Define at least one actuator.\n`,
+    );
   });
 
   it("fencegate start with the simulator's port taken: names buses.<name>.port, exit 78", async () => {
     const file = writeYaml("port-taken.yaml", setup({ busPort: takenPort, journal: "taken.db" }));
     const started = await run(process.execPath, [FENCEGATE_BIN, "start", "--config", file]);
     expect(started.code).toBe(78);
-    expect(started.stderr).toBe(`fencegate: port ${takenPort} on 127.0.0.1 (buses.sim.port, for the simulated actuator) is in use by another process: stop that process (another \`fencegate start\`?) or choose another buses.sim.port.\n`);
+    expect(started.stderr).toBe(
+      `fencegate: port ${takenPort} on 127.0.0.1 (buses.sim.port, for the simulated actuator) is in use by another process: stop that process (another \`fencegate start\`?) or choose another buses.sim.port.\n`,
+    );
   });
 
   it("the daemon with its metrics port taken: names metrics.port, exit 78", async () => {
     const daemon = DaemonProcess.start(mkdtempSync(join(dir, "metrics-")), setup({ metricsPort: takenPort, journal: "metrics.db" }));
     expect((await daemon.exited).code).toBe(78);
-    expect(daemon.logs.find((l) => l.level === 60)).toMatchObject({ setting: "metrics.port", port: takenPort, msg: expect.stringContaining("(metrics.port) is in use by another process") });
+    expect(daemon.logs.find((l) => l.level === 60)).toMatchObject({
+      setting: "metrics.port",
+      port: takenPort,
+      msg: expect.stringContaining("(metrics.port) is in use by another process"),
+    });
   });
 
   it("announces a fresh journal as information, not as a warning", async () => {
@@ -109,7 +120,9 @@ describe("the first hour", () => {
   it("logs one readable line per entry on a terminal, JSON when stdout is not one", async () => {
     const file = writeYaml("tty.yaml", setup({ journal: "tty.db" }));
     // `script` gives the daemon a terminal as its stdout, as an operator's shell would.
-    const child = spawn("script", ["-qfec", `${process.execPath} ${FENCEGATE_BIN} daemon --config ${file}`, "/dev/null"], { stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn("script", ["-qfec", `${process.execPath} ${FENCEGATE_BIN} daemon --config ${file}`, "/dev/null"], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
     let output = "";
     child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s));
     try {
@@ -132,13 +145,26 @@ describe("the first hour", () => {
   });
 
   it("formats a decision with its actuator, holder and token; a non-JSON line passes", () => {
-    const line = JSON.stringify({ level: 40, time: Date.UTC(2026, 0, 2, 3, 4, 5, 6), pid: 1, hostname: "pi", msg: "command refused", actuator: "valve-1", holder: "line a", token: 3 });
+    const line = JSON.stringify({
+      level: 40,
+      time: Date.UTC(2026, 0, 2, 3, 4, 5, 6),
+      pid: 1,
+      hostname: "pi",
+      msg: "command refused",
+      actuator: "valve-1",
+      holder: "line a",
+      token: 3,
+    });
     expect(prettyLine(line)).toBe('03:04:05.006 WARN  command refused  actuator=valve-1 holder="line a" token=3\n');
     expect(prettyLine("not json")).toBe("not json\n");
   });
 
   it("shows a logged error's message in the line and its stack under it", () => {
-    const err = { type: "Error", message: "disk I/O error: caused by EIO", stack: "Error: disk I/O error\n    at commit (journal.ts:1:1)\ncaused by: Error: EIO\n    at write (fs.js:2:2)" };
+    const err = {
+      type: "Error",
+      message: "disk I/O error: caused by EIO",
+      stack: "Error: disk I/O error\n    at commit (journal.ts:1:1)\ncaused by: Error: EIO\n    at write (fs.js:2:2)",
+    };
     const line = JSON.stringify({ level: 60, time: Date.UTC(2026, 0, 2, 3, 4, 5, 6), msg: "the journal could not commit", err });
     expect(prettyLine(line)).toBe(
       '03:04:05.006 FATAL the journal could not commit  err="disk I/O error: caused by EIO"\n    at commit (journal.ts:1:1)\n    caused by: Error: EIO\n    at write (fs.js:2:2)\n',

@@ -33,11 +33,13 @@ let metricsPort: number;
 async function trailDurable(): Promise<void> {
   const waiting = () =>
     new Promise<number>((resolve, reject) => {
-      http.get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => {
-        let body = "";
-        res.setEncoding("utf8").on("data", (c: string) => (body += c));
-        res.on("end", () => resolve(Number(/^fencegate_journal_lag_records (\d+)$/m.exec(body)?.[1] ?? NaN)));
-      }).on("error", reject);
+      http
+        .get(`http://127.0.0.1:${metricsPort}/metrics`, (res) => {
+          let body = "";
+          res.setEncoding("utf8").on("data", (c: string) => (body += c));
+          res.on("end", () => resolve(Number(/^fencegate_journal_lag_records (\d+)$/m.exec(body)?.[1] ?? NaN)));
+        })
+        .on("error", reject);
     });
   let last = Number.NaN;
   for (let i = 0; i < 100 && (last = await waiting()) !== 0; i++) await new Promise((r) => setTimeout(r, 20));
@@ -52,7 +54,11 @@ interface Run {
 
 async function log(...args: string[]): Promise<Run> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "log", ...args], { encoding: "utf8", timeout: 30_000, env: { ...process.env, FENCEGATE_CONFIG: "" } });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "log", ...args], {
+      encoding: "utf8",
+      timeout: 30_000,
+      env: { ...process.env, FENCEGATE_CONFIG: "" },
+    });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code?: number; stdout?: string; stderr?: string };
@@ -60,7 +66,15 @@ async function log(...args: string[]): Promise<Run> {
   }
 }
 
-type Entry = { id: number; at: string | null; holder: string; token: number; seq: number; set: Record<string, number>; outcome: { kind: string; code?: string } };
+type Entry = {
+  id: number;
+  at: string | null;
+  holder: string;
+  token: number;
+  seq: number;
+  set: Record<string, number>;
+  outcome: { kind: string; code?: string };
+};
 
 async function logJson(...args: string[]): Promise<Entry[]> {
   const run = await log("--journal", journal, "--json", ...args);
@@ -158,7 +172,11 @@ describe("fencegate log", () => {
     expect(await b.command("valve-2", lb.token, 7, { position: 77 })).toMatchObject({ ok: true });
     await trailDurable();
 
-    expect((await logJson("valve-2")).map((e) => [e.holder, e.seq])).toEqual([["line-b", 7], ["line-a", 2], ["line-a", 1]]);
+    expect((await logJson("valve-2")).map((e) => [e.holder, e.seq])).toEqual([
+      ["line-b", 7],
+      ["line-a", 2],
+      ["line-a", 1],
+    ]);
     expect((await logJson("valve-2", "--holder", "line-a")).map((e) => e.seq)).toEqual([2, 1]);
     expect((await logJson("valve-2", "--outcome", "DEVICE_ERROR")).map((e) => e.seq)).toEqual([2]);
     expect((await logJson("valve-2", "--outcome", "failed")).map((e) => e.seq)).toEqual([2]);
@@ -178,7 +196,16 @@ describe("fencegate log", () => {
 
   it("takes the journal from the daemon's configuration", async () => {
     const config = join(dir, "log-config.yaml");
-    writeFileSync(config, stringify({ gatewayId: "x", mqtt: { url: "mqtt://127.0.0.1:1" }, buses: { s: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-2", "s", 1)], journal: { path: journal } }));
+    writeFileSync(
+      config,
+      stringify({
+        gatewayId: "x",
+        mqtt: { url: "mqtt://127.0.0.1:1" },
+        buses: { s: { type: "tcp", host: "127.0.0.1" } },
+        actuators: [valve("valve-2", "s", 1)],
+        journal: { path: journal },
+      }),
+    );
     const run = await log("valve-2", "--config", config, "--json", "--limit", "1");
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout)).toHaveLength(1);
@@ -204,7 +231,9 @@ describe("fencegate log", () => {
   it("keeps a usage error to two lines: what is wrong, and the usage", async () => {
     const run = await log("valve-1", "--journal", "j.db", "--limit", "0");
     expect(run.code).toBe(64);
-    expect(run.stderr).toBe("fencegate log: --limit must be a whole number from 1 to 1000\nusage: fencegate log ACTUATOR (--config FILE | --journal FILE) [options]  (`fencegate log --help` for the options)\n");
+    expect(run.stderr).toBe(
+      "fencegate log: --limit must be a whole number from 1 to 1000\nusage: fencegate log ACTUATOR (--config FILE | --journal FILE) [options]  (`fencegate log --help` for the options)\n",
+    );
   });
 
   it("says which actuators the journal has when asked for another", async () => {

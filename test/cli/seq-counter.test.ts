@@ -14,7 +14,12 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
 describe("send's seq counters", () => {
   it("count up per key from 1, each apart, and across processes (the file)", () => {
-    expect([new SeqCounters(dir).next("a"), new SeqCounters(dir).next("a"), new SeqCounters(dir).next("b"), new SeqCounters(dir).next("a")]).toEqual([1, 2, 1, 3]);
+    expect([
+      new SeqCounters(dir).next("a"),
+      new SeqCounters(dir).next("a"),
+      new SeqCounters(dir).next("b"),
+      new SeqCounters(dir).next("a"),
+    ]).toEqual([1, 2, 1, 3]);
   });
 
   it("move to at least the seq asked for, and count on from there", () => {
@@ -46,7 +51,9 @@ describe("send's seq counters", () => {
     const notADir = join(dir, "file");
     writeFileSync(notADir, "");
     expect(() => new SeqCounters(join(notADir, "state")).next("a")).toThrow(SeqCounterError);
-    expect(() => new SeqCounters(join(notADir, "state")).next("a")).toThrow(/^cannot (read|keep) the seq counters? in .*: pass --seq N, or set FENCEGATE_STATE_DIR/);
+    expect(() => new SeqCounters(join(notADir, "state")).next("a")).toThrow(
+      /^cannot (read|keep) the seq counters? in .*: pass --seq N, or set FENCEGATE_STATE_DIR/,
+    );
   });
 
   it("live in FENCEGATE_STATE_DIR, else XDG_STATE_HOME/fencegate", () => {

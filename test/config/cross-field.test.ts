@@ -17,7 +17,10 @@ describe("cross-field checks", () => {
   it("the audit trail's bounds: a commit starts before new commands are refused, and the lag stays below the stall deadline", () => {
     const c = minimalConfig();
     c.journal = { path: "/tmp/j.db", auditLagRecords: 500, auditQueueLimit: 400 };
-    expect(onlyProblem(c)).toEqual({ path: "journal.auditLagRecords", message: "Must be at most auditQueueLimit (400): a commit must start before new commands are refused." });
+    expect(onlyProblem(c)).toEqual({
+      path: "journal.auditLagRecords",
+      message: "Must be at most auditQueueLimit (400): a commit must start before new commands are refused.",
+    });
     c.journal = { path: "/tmp/j.db", auditLagMs: 2000, commitStallMs: 1000 };
     expect(onlyProblem(c)).toEqual({ path: "journal.auditLagMs", message: "Must be below commitStallMs (1000)." });
   });
@@ -31,7 +34,10 @@ describe("cross-field checks", () => {
   it("actuator ids must be unique", () => {
     const c = minimalConfig();
     c.actuators[1].id = "valve-1";
-    expect(onlyProblem(c)).toEqual({ path: "actuators[1].id", message: 'Actuator id "valve-1" is already used by actuators[0]; ids must be unique.' });
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[1].id",
+      message: 'Actuator id "valve-1" is already used by actuators[0]; ids must be unique.',
+    });
   });
 
   it("actuator ids must match the MQTT API's pattern", () => {
@@ -96,7 +102,8 @@ describe("cross-field checks", () => {
     c.actuators[1].unit = 1;
     expect(onlyProblem(c)).toEqual({
       path: "actuators[1].unit",
-      message: 'Unit 1 at 127.0.0.1:15121 is already actuators[0] (bus "a"): buses "a" and "b" reach the same device there. Give each device one actuator, on one bus.',
+      message:
+        'Unit 1 at 127.0.0.1:15121 is already actuators[0] (bus "a"): buses "a" and "b" reach the same device there. Give each device one actuator, on one bus.',
     });
   });
 
@@ -123,7 +130,10 @@ describe("cross-field checks", () => {
       writeFileSync(join(dir, "ttyUSB0"), "");
       symlinkSync(join(dir, "ttyUSB0"), join(dir, "usb-FTDI_A10KZ3Q1-if00-port0"));
       const c = minimalConfig();
-      c.buses = { line1: { type: "rtu", path: join(dir, "usb-FTDI_A10KZ3Q1-if00-port0") }, line2: { type: "rtu", path: join(dir, "ttyUSB0") } };
+      c.buses = {
+        line1: { type: "rtu", path: join(dir, "usb-FTDI_A10KZ3Q1-if00-port0") },
+        line2: { type: "rtu", path: join(dir, "ttyUSB0") },
+      };
       c.actuators[1].bus = "line2";
       let problems: readonly ConfigProblem[] = [];
       try {

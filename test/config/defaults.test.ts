@@ -27,12 +27,39 @@ describe("defaults", () => {
       timeoutMs: 1000,
       reconnect: { minMs: 500, maxMs: 30_000 },
     });
-    expect(config.buses.plc).toEqual({ type: "tcp", host: "10.0.0.5", port: 502, timeoutMs: 1000, reconnect: { minMs: 500, maxMs: 30_000 } });
+    expect(config.buses.plc).toEqual({
+      type: "tcp",
+      host: "10.0.0.5",
+      port: 502,
+      timeoutMs: 1000,
+      reconnect: { minMs: 500, maxMs: 30_000 },
+    });
     expect(config.leases).toEqual({ minTtlMs: 1000, maxTtlMs: 300_000, defaultTtlMs: 10_000 });
-    expect(config.commands).toEqual({ defaultDeadlineMs: 5000, maxDeadlineMs: 60_000, safeWriteRetry: { minMs: 250, maxMs: 10_000 }, queueLimit: 16, recentLimit: 64 });
-    expect(config.journal).toEqual({ path: "/var/lib/fencegate/journal.db", createIfMissing: false, gatherMaxMs: 2, auditLagMs: 200, auditLagRecords: 256, auditQueueLimit: 8192, commitStallMs: 10_000 });
+    expect(config.commands).toEqual({
+      defaultDeadlineMs: 5000,
+      maxDeadlineMs: 60_000,
+      safeWriteRetry: { minMs: 250, maxMs: 10_000 },
+      queueLimit: 16,
+      recentLimit: 64,
+    });
+    expect(config.journal).toEqual({
+      path: "/var/lib/fencegate/journal.db",
+      createIfMissing: false,
+      gatherMaxMs: 2,
+      auditLagMs: 200,
+      auditLagRecords: 256,
+      auditQueueLimit: 8192,
+      commitStallMs: 10_000,
+    });
     expect(config.logging).toEqual({ level: "info" });
-    expect(config.metrics).toEqual({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 }, allowNonLoopback: false, hostNames: [] });
+    expect(config.metrics).toEqual({
+      enabled: true,
+      host: "127.0.0.1",
+      port: 9464,
+      statusPage: { enabled: true, maxEventStreams: 16 },
+      allowNonLoopback: false,
+      hostNames: [],
+    });
     expect(config.shutdown).toEqual({ drainTimeoutMs: 5000 });
   });
 
@@ -46,7 +73,16 @@ describe("defaults", () => {
     c.actuators[0].points.fault = { register: 103 };
     c.actuators[0].points.temperature = { register: 104, type: "i16", scale: 0.1 };
     const points = parseConfig(c).actuators[0]!.points;
-    expect(points.fault).toEqual({ register: 103, table: "holding", type: "u16", wordOrder: "big", scale: 1, writable: false, min: 0, max: 65_535 });
+    expect(points.fault).toEqual({
+      register: 103,
+      table: "holding",
+      type: "u16",
+      wordOrder: "big",
+      scale: 1,
+      writable: false,
+      min: 0,
+      max: 65_535,
+    });
     expect(points.temperature).toMatchObject({ min: -3276.8, max: 3276.7 });
   });
 

@@ -24,7 +24,15 @@ describe("gateway group settings", () => {
   });
 
   it("take defaults for the lease, the margin and the request timeout", () => {
-    expect(parseConfig(grouped(GROUP)).group).toEqual({ ...GROUP, allowCleartextCredentials: false, leaseTtlMs: 7000, selfFenceMarginMs: 1000, requestTimeoutMs: 1000, etcdElectionTimeoutMs: 1000, acceptPlainDevices: false });
+    expect(parseConfig(grouped(GROUP)).group).toEqual({
+      ...GROUP,
+      allowCleartextCredentials: false,
+      leaseTtlMs: 7000,
+      selfFenceMarginMs: 1000,
+      requestTimeoutMs: 1000,
+      etcdElectionTimeoutMs: 1000,
+      acceptPlainDevices: false,
+    });
   });
 
   it("refuse a plain device in a group, saying why and how to accept it", () => {
@@ -54,7 +62,10 @@ describe("gateway group settings", () => {
   });
 
   it("refuse a mix of http and https endpoints", () => {
-    expect(onlyProblem(grouped({ name: "g", endpoints: ["https://a:2379", "http://b:2379"] }))).toEqual({ path: "group.endpoints", message: "Use one scheme for every endpoint: all https:// or all http://." });
+    expect(onlyProblem(grouped({ name: "g", endpoints: ["https://a:2379", "http://b:2379"] }))).toEqual({
+      path: "group.endpoints",
+      message: "Use one scheme for every endpoint: all https:// or all http://.",
+    });
   });
 
   it("refuse a password over http:// unless cleartext credentials are allowed", () => {
@@ -73,7 +84,10 @@ describe("gateway group settings", () => {
   it("take the lease TTL in whole seconds from 2 to 60", () => {
     expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 2500, requestTimeoutMs: 500 })).message).toMatch(/whole seconds/);
     expect(pathsOf(grouped({ ...GROUP, leaseTtlMs: 1000, selfFenceMarginMs: 100, requestTimeoutMs: 100 }))).toEqual(["group.leaseTtlMs"]);
-    expect(parseConfig(grouped({ ...GROUP, leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: 100 })).group?.leaseTtlMs).toBe(2000);
+    expect(
+      parseConfig(grouped({ ...GROUP, leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: 100 })).group
+        ?.leaseTtlMs,
+    ).toBe(2000);
   });
 
   it("keep the margin at most half the TTL and the request timeout at most a third", () => {
@@ -86,11 +100,15 @@ describe("gateway group settings", () => {
     expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 5000 }))).toEqual({
       path: "group.leaseTtlMs",
       message:
-        "leaseTtlMs 5000 - selfFenceMarginMs 1000 - the renewal period 1666 (a third of the TTL) = 2334 ms must be more than 2 x etcdElectionTimeoutMs 1000 + requestTimeoutMs 1000 = 3000 ms: otherwise an etcd leader that hangs (a frozen VM, a partition) makes the active gateway step down before etcd has elected another. Set etcdElectionTimeoutMs to the members' --election-timeout, then raise leaseTtlMs to 7000 or more (docs/gateway-group.md, \"When etcd is in trouble\").",
+        'leaseTtlMs 5000 - selfFenceMarginMs 1000 - the renewal period 1666 (a third of the TTL) = 2334 ms must be more than 2 x etcdElectionTimeoutMs 1000 + requestTimeoutMs 1000 = 3000 ms: otherwise an etcd leader that hangs (a frozen VM, a partition) makes the active gateway step down before etcd has elected another. Set etcdElectionTimeoutMs to the members\' --election-timeout, then raise leaseTtlMs to 7000 or more (docs/gateway-group.md, "When etcd is in trouble").',
     });
     expect(onlyProblem(grouped({ ...GROUP, etcdElectionTimeoutMs: 2000 })).message).toMatch(/raise leaseTtlMs to 10000 or more/);
     expect(parseConfig(grouped({ ...GROUP, leaseTtlMs: 10_000, etcdElectionTimeoutMs: 2000 })).group?.leaseTtlMs).toBe(10_000);
-    expect(onlyProblem(grouped({ ...GROUP, leaseTtlMs: 60_000, selfFenceMarginMs: 1000, requestTimeoutMs: 10_000, etcdElectionTimeoutMs: 20_000 })).message).toMatch(/then lower requestTimeoutMs or etcdElectionTimeoutMs/);
+    expect(
+      onlyProblem(
+        grouped({ ...GROUP, leaseTtlMs: 60_000, selfFenceMarginMs: 1000, requestTimeoutMs: 10_000, etcdElectionTimeoutMs: 20_000 }),
+      ).message,
+    ).toMatch(/then lower requestTimeoutMs or etcdElectionTimeoutMs/);
   });
 
   it("refuse TLS settings with http:// endpoints", () => {
@@ -107,7 +125,12 @@ describe("gateway group settings", () => {
     expect(config.group?.password).toBe("s3cret");
     expect(config.group?.tls?.caFile).toBe(join(dir, "ca.pem"));
 
-    writeFileSync(file, stringify(grouped({ ...GROUP, username: "gw", passwordFile: "missing", tls: { caFile: "ca.pem", certFile: "gw.crt", keyFile: "gw.key" } })));
+    writeFileSync(
+      file,
+      stringify(
+        grouped({ ...GROUP, username: "gw", passwordFile: "missing", tls: { caFile: "ca.pem", certFile: "gw.crt", keyFile: "gw.key" } }),
+      ),
+    );
     expect(fileProblemsOf(file).map((p) => p.path)).toEqual(["group.passwordFile", "group.tls.certFile", "group.tls.keyFile"]);
   });
 });

@@ -81,7 +81,10 @@ describe("bus timeouts against the deadlines they serve (issue 18, also check)",
     const c = minimalConfig();
     c.buses.line1.timeoutMs = 3000;
     c.commands = { defaultDeadlineMs: 4000 };
-    expect(onlyProblem(c)).toMatchObject({ path: "buses.line1.timeoutMs", message: expect.stringMatching(/defaultDeadlineMs \(4000\).*at most 2666/) });
+    expect(onlyProblem(c)).toMatchObject({
+      path: "buses.line1.timeoutMs",
+      message: expect.stringMatching(/defaultDeadlineMs \(4000\).*at most 2666/),
+    });
   });
 
   it("takes a timeout whose silence still fits (3000 + 1500 within 5000)", () => {

@@ -27,7 +27,12 @@ function withMetrics(metrics: Record<string, unknown>) {
 describe("HTTP port settings", () => {
   it("serves the status page by default, on loopback, with 16 event streams at most", () => {
     const config = parseConfig(minimalConfig());
-    expect(config.metrics).toMatchObject({ enabled: true, host: "127.0.0.1", port: 9464, statusPage: { enabled: true, maxEventStreams: 16 } });
+    expect(config.metrics).toMatchObject({
+      enabled: true,
+      host: "127.0.0.1",
+      port: 9464,
+      statusPage: { enabled: true, maxEventStreams: 16 },
+    });
     expect(config.metrics.auth).toBeUndefined();
   });
 
@@ -42,26 +47,41 @@ describe("HTTP port settings", () => {
   it("refuses allowNonLoopback without credentials while the status page is on", () => {
     const problem = onlyProblem(withMetrics({ host: "0.0.0.0", allowNonLoopback: true }));
     expect(problem.path).toBe("metrics.host");
-    expect(problem.message).toBe("The status page would be open to anyone who reaches 0.0.0.0: add metrics.auth (a token, or a username and password), or set metrics.statusPage.enabled: false to serve only /metrics and /healthz there.");
+    expect(problem.message).toBe(
+      "The status page would be open to anyone who reaches 0.0.0.0: add metrics.auth (a token, or a username and password), or set metrics.statusPage.enabled: false to serve only /metrics and /healthz there.",
+    );
   });
 
   it("the daemon refuses to start on it: exit 78, with the sentence", async () => {
     const dir = mkdtempSync(join(tmpdir(), "fencegate-http-config-"));
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(withMetrics({ host: "0.0.0.0" })));
-    const run = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { encoding: "utf8" }).catch((e: { code: number; stderr: string }) => e);
+    const run = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { encoding: "utf8" }).catch(
+      (e: { code: number; stderr: string }) => e,
+    );
     expect(run).toMatchObject({ code: 78 });
-    expect((run as { stderr: string }).stderr).toMatch(/metrics\.host.*0\.0\.0\.0 would serve the status page and \/metrics .* add metrics\.auth/);
+    expect((run as { stderr: string }).stderr).toMatch(
+      /metrics\.host.*0\.0\.0\.0 would serve the status page and \/metrics .* add metrics\.auth/,
+    );
   });
 
   it("takes a token or a username and password beyond loopback", () => {
-    expect(parseConfig(withMetrics({ host: "0.0.0.0", auth: { token: "a-token-of-16-chars" } })).metrics.auth).toEqual({ token: "a-token-of-16-chars" });
-    expect(parseConfig(withMetrics({ host: "192.168.1.20", auth: { username: "ops", password: "twelve-chars" } })).metrics.auth).toMatchObject({ username: "ops" });
+    expect(parseConfig(withMetrics({ host: "0.0.0.0", auth: { token: "a-token-of-16-chars" } })).metrics.auth).toEqual({
+      token: "a-token-of-16-chars",
+    });
+    expect(
+      parseConfig(withMetrics({ host: "192.168.1.20", auth: { username: "ops", password: "twelve-chars" } })).metrics.auth,
+    ).toMatchObject({ username: "ops" });
   });
 
   it.each([
     ["a short token", { token: "short" }, "metrics.auth.token", /at least 16 characters/],
-    ["token and password", { token: "a-token-of-16-chars", username: "ops", password: "twelve-chars" }, "metrics.auth", /either a token or a username and password/],
+    [
+      "token and password",
+      { token: "a-token-of-16-chars", username: "ops", password: "twelve-chars" },
+      "metrics.auth",
+      /either a token or a username and password/,
+    ],
     ["a username alone", { username: "ops" }, "metrics.auth", /Give a token \(or tokenFile\), or a username with a password/],
     ["a user name with a colon", { username: "o:ps", password: "twelve-chars" }, "metrics.auth.username", /without ":"/],
   ])("refuses %s", (_what, auth, path, message) => {
@@ -90,7 +110,9 @@ describe("HTTP port settings", () => {
   });
 
   it("tells loopback addresses from the others", () => {
-    for (const host of ["127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]", "::ffff:127.0.0.1"]) expect(isLoopbackHost(host), host).toBe(true);
-    for (const host of ["0.0.0.0", "::", "192.168.1.2", "gateway.local", "127.0.0.1.evil.example"]) expect(isLoopbackHost(host), host).toBe(false);
+    for (const host of ["127.0.0.1", "127.1.2.3", "localhost", "::1", "[::1]", "::ffff:127.0.0.1"])
+      expect(isLoopbackHost(host), host).toBe(true);
+    for (const host of ["0.0.0.0", "::", "192.168.1.2", "gateway.local", "127.0.0.1.evil.example"])
+      expect(isLoopbackHost(host), host).toBe(false);
   });
 });

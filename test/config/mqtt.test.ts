@@ -107,7 +107,10 @@ describe("MQTT settings", () => {
   });
 
   it("missing TLS files are problems, all reported together", () => {
-    const file = writeConfig({ url: "mqtts://broker:8883", tls: { caFile: "ca.pem", certFile: "gw.crt", keyFile: "gw.key" } }, { "gw.crt": "x" });
+    const file = writeConfig(
+      { url: "mqtts://broker:8883", tls: { caFile: "ca.pem", certFile: "gw.crt", keyFile: "gw.key" } },
+      { "gw.crt": "x" },
+    );
     expect(fileProblemsOf(file).map((p) => p.path)).toEqual(["mqtt.tls.caFile", "mqtt.tls.keyFile"]);
   });
 });

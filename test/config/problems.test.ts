@@ -68,7 +68,10 @@ describe("reporting every problem at once", () => {
   it("a missing required setting is reported at its own path", () => {
     const c = minimalConfig();
     delete c.actuators[1].profile;
-    expect(onlyProblem(c)).toEqual({ path: "actuators[1].profile", message: 'Required: this setting is missing; it is one of "fenced" or "plain".' });
+    expect(onlyProblem(c)).toEqual({
+      path: "actuators[1].profile",
+      message: 'Required: this setting is missing; it is one of "fenced" or "plain".',
+    });
     const d = minimalConfig();
     delete d.actuators[1].unit;
     expect(onlyProblem(d)).toEqual({ path: "actuators[1].unit", message: "Required: this setting is missing." });

@@ -71,7 +71,10 @@ describe("lease transitions", () => {
     const d = new CoreDriver();
     d.acquire("A", 1_000);
     d.nowMs += 800;
-    expect(d.request({ type: "renew", ref: 1, holder: "A", token: 1 }).reply).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 1_000 } });
+    expect(d.request({ type: "renew", ref: 1, holder: "A", token: 1 }).reply).toEqual({
+      ok: true,
+      lease: { holder: "A", token: 1, ttlMs: 1_000 },
+    });
     expect(d.state.lease?.expiresAtMs).toBe(d.nowMs + 1_000);
     expect(d.state.highestGranted).toBe(1);
   });
@@ -241,7 +244,8 @@ describe("command acceptance", () => {
       "OVERLOADED",
       (d) => {
         d.feed({ type: "command", ref: null, holder: "A", token: 1, seq: 1, set: { position: 1 }, deadlineMs: 5_000 }); // in flight
-        for (let seq = 2; seq <= 5; seq++) d.feed({ type: "command", ref: null, holder: "A", token: 1, seq, set: { position: 1 }, deadlineMs: 5_000 });
+        for (let seq = 2; seq <= 5; seq++)
+          d.feed({ type: "command", ref: null, holder: "A", token: 1, seq, set: { position: 1 }, deadlineMs: 5_000 });
         return { holder: "A", token: 1, seq: 6 };
       },
       "OVERLOADED",
@@ -272,7 +276,10 @@ describe("command acceptance", () => {
     const d = held();
     d.command("A", 1, 3);
     const reply = d.command("B", 1, 4);
-    expect(reply).toMatchObject({ ok: false, error: { code: "NOT_HOLDER", fence: { token: 1, seq: 3 }, lease: { holder: "A", token: 1 } } });
+    expect(reply).toMatchObject({
+      ok: false,
+      error: { code: "NOT_HOLDER", fence: { token: 1, seq: 3 }, lease: { holder: "A", token: 1 } },
+    });
   });
 
   it("answers DUPLICATE with the original applied outcome, without a second device write", () => {
@@ -503,7 +510,12 @@ describe("expiry policy 'safe'", () => {
     const d = expiredAt80();
     // The shell reads the device's fence before it hands over the refusal.
     d.feed({ type: "deviceFence", token: 7, seq: null });
-    d.feed({ type: "deviceResult", token: 2, seq: 0, outcome: { kind: "failed", code: "DEVICE_REJECTED", message: "fence", modbusCode: 0x46 } });
+    d.feed({
+      type: "deviceResult",
+      token: 2,
+      seq: 0,
+      outcome: { kind: "failed", code: "DEVICE_REJECTED", message: "fence", modbusCode: 0x46 },
+    });
     expect(d.state.safeWrite).toMatchObject({ token: 8, seq: 0 });
     d.advance(nextWakeMs(d.state)! - d.nowMs);
     expect(gatewayWrites(d).at(-1)).toEqual({ kind: "deviceWrite", holder: GATEWAY_HOLDER, token: 8, seq: 0, set: { position: 0 } });
@@ -603,17 +615,22 @@ describe("device fence observed at start", () => {
 describe("the seed scenario: a paused holder's command after a takeover", () => {
   it("refuses A's stale command every time, whatever the pause length", () => {
     fc.assert(
-      fc.property(fc.integer({ min: 0, max: 120_000 }), fc.integer({ min: 100, max: 60_000 }), fc.integer({ min: 0, max: 1_000 }), (extraPauseMs, ttlMs, seqA) => {
-        const d = new CoreDriver();
-        const n = tokenOf(d.acquire("A", ttlMs));
-        d.advance(ttlMs + extraPauseMs); // A pauses past expiry
-        const m = tokenOf(d.acquire("B", ttlMs));
-        expect(m).toBe(n + 1);
-        expect(codeOf(d.command("B", m, 0, { position: 20 }))).toBe("OK");
-        expect(codeOf(d.command("A", n, seqA, { position: 90 }))).toBe("STALE_TOKEN");
-        expect(d.deviceWrites().map((w) => w.holder)).toEqual(["B"]);
-        expect(d.state.fence).toEqual({ token: m, seq: 0 });
-      }),
+      fc.property(
+        fc.integer({ min: 0, max: 120_000 }),
+        fc.integer({ min: 100, max: 60_000 }),
+        fc.integer({ min: 0, max: 1_000 }),
+        (extraPauseMs, ttlMs, seqA) => {
+          const d = new CoreDriver();
+          const n = tokenOf(d.acquire("A", ttlMs));
+          d.advance(ttlMs + extraPauseMs); // A pauses past expiry
+          const m = tokenOf(d.acquire("B", ttlMs));
+          expect(m).toBe(n + 1);
+          expect(codeOf(d.command("B", m, 0, { position: 20 }))).toBe("OK");
+          expect(codeOf(d.command("A", n, seqA, { position: 90 }))).toBe("STALE_TOKEN");
+          expect(d.deviceWrites().map((w) => w.holder)).toEqual(["B"]);
+          expect(d.state.fence).toEqual({ token: m, seq: 0 });
+        },
+      ),
       { numRuns: 1_000 },
     );
   });

@@ -5,7 +5,8 @@ import { GATEWAY_HOLDER } from "../../src/core/actuator.ts";
 import type { ActuatorConfig, Effect } from "../../src/core/types.ts";
 import { CONFIG, CoreDriver, codeOf, replyTo, tokenOf } from "./harness.ts";
 
-const persists = (effects: readonly Effect[]) => effects.filter((e) => e.kind === "persist").map((e) => (e as Extract<Effect, { kind: "persist" }>).record);
+const persists = (effects: readonly Effect[]) =>
+  effects.filter((e) => e.kind === "persist").map((e) => (e as Extract<Effect, { kind: "persist" }>).record);
 
 describe("takeover", () => {
   it("takes a token of the gateway's own above the floor, durable before anything is shown", () => {
@@ -50,22 +51,25 @@ describe("takeover", () => {
 
   it("never goes back: over any sequence of floors and grants, every token is above every earlier one", () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(fc.record({ floor: fc.integer({ min: 0, max: 50 }) }), fc.constant("acquire" as const)), { maxLength: 30 }), (ops) => {
-        const d = new CoreDriver();
-        let highest = 0;
-        for (const op of ops) {
-          const before = d.log.length;
-          if (op === "acquire") d.acquire(`h${highest}`);
-          else d.feed({ type: "takeover", floor: op.floor });
-          for (const r of persists(d.log.slice(before))) {
-            if (r.type !== "granted") continue;
-            expect(r.token).toBeGreaterThan(highest);
-            if (op !== "acquire") expect(r.token).toBeGreaterThan(op.floor);
-            highest = r.token;
+      fc.property(
+        fc.array(fc.oneof(fc.record({ floor: fc.integer({ min: 0, max: 50 }) }), fc.constant("acquire" as const)), { maxLength: 30 }),
+        (ops) => {
+          const d = new CoreDriver();
+          let highest = 0;
+          for (const op of ops) {
+            const before = d.log.length;
+            if (op === "acquire") d.acquire(`h${highest}`);
+            else d.feed({ type: "takeover", floor: op.floor });
+            for (const r of persists(d.log.slice(before))) {
+              if (r.type !== "granted") continue;
+              expect(r.token).toBeGreaterThan(highest);
+              if (op !== "acquire") expect(r.token).toBeGreaterThan(op.floor);
+              highest = r.token;
+            }
+            d.nowMs += 2_000; // leases expire between steps
           }
-          d.nowMs += 2_000; // leases expire between steps
-        }
-      }),
+        },
+      ),
     );
   });
 });

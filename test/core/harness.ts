@@ -57,7 +57,8 @@ export class CoreDriver {
 
   /** The first `count` pending audit records become durable; the rest are gone. */
   private keepAudit(count: number): void {
-    for (const record of this.pendingAudit.slice(0, count)) this.durable = applyRecord(this.durable, record, this.config.limits.recentLimit);
+    for (const record of this.pendingAudit.slice(0, count))
+      this.durable = applyRecord(this.durable, record, this.config.limits.recentLimit);
     this.pendingAudit = [];
   }
 

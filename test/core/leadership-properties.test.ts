@@ -24,7 +24,6 @@ import {
 } from "../../src/core/leadership.ts";
 import { Prng } from "../../src/sim/prng.ts";
 
-
 interface Fault {
   readonly member: number;
   readonly atMs: number;
@@ -93,7 +92,8 @@ function simulate(o: WorldOptions): Outcome {
 
   const check = () => {
     const driving = members.map((m, i) => (!m.crashed && mayDriveDevices(o.config, m.state, now) ? i : -1)).filter((i) => i >= 0);
-    if (driving.length > 1 && violations.length < 5) violations.push(`at ${now} ms members ${driving.join(" and ")} may both drive the devices`);
+    if (driving.length > 1 && violations.length < 5)
+      violations.push(`at ${now} ms members ${driving.join(" and ")} may both drive the devices`);
   };
 
   const feed = (i: number, input: LeadershipEvent) => {
@@ -173,7 +173,11 @@ function simulate(o: WorldOptions): Outcome {
         return request(
           i,
           incarnation,
-          () => ({ type: "looked", leaseId: e.leaseId, leader: leader === null ? "none" : leader.lease === e.leaseId ? { mine: { revision: leader.revision } } : "other" }),
+          () => ({
+            type: "looked",
+            leaseId: e.leaseId,
+            leader: leader === null ? "none" : leader.lease === e.leaseId ? { mine: { revision: leader.revision } } : "other",
+          }),
           { type: "lookFailed" },
         );
       case "campaign":
@@ -278,7 +282,13 @@ describe("leadership against a model of etcd", () => {
   it("the check has teeth: without the margin check (driving until the lease's etcd expiry + 1 s) it finds two drivers", () => {
     const config = leadershipConfig(TTL_MS, -1000); // a negative margin: drives past the lease
     const pauseOf = (member: number): Fault[] => [{ member, atMs: 5000, kind: "pause", ms: 2 * TTL_MS }];
-    const found = [1, 2, 3].some((seed) => [0, 1].some((member) => simulate({ seed, members: 2, config, maxDelayMs: 20, lossRate: 0, timeoutMs: 1000, faults: pauseOf(member), untilMs: 20_000 }).violations.length > 0));
+    const found = [1, 2, 3].some((seed) =>
+      [0, 1].some(
+        (member) =>
+          simulate({ seed, members: 2, config, maxDelayMs: 20, lossRate: 0, timeoutMs: 1000, faults: pauseOf(member), untilMs: 20_000 })
+            .violations.length > 0,
+      ),
+    );
     expect(found).toBe(true);
   });
 
@@ -288,7 +298,16 @@ describe("leadership against a model of etcd", () => {
     expect(result.activations).toBe(1);
     const first = result.activeAt.findIndex((a) => a.length === 1);
     const crashAt = 5000;
-    const after = simulate({ seed: 1, members: 2, config, maxDelayMs: 5, lossRate: 0, timeoutMs: 1000, faults: [{ member: first, atMs: crashAt, kind: "crash", ms: 60_000 }], untilMs: 20_000 });
+    const after = simulate({
+      seed: 1,
+      members: 2,
+      config,
+      maxDelayMs: 5,
+      lossRate: 0,
+      timeoutMs: 1000,
+      faults: [{ member: first, atMs: crashAt, kind: "crash", ms: 60_000 }],
+      untilMs: 20_000,
+    });
     const other = after.activeAt[1 - first]!;
     expect(other).toHaveLength(1);
     expect(other[0]! - crashAt).toBeLessThanOrEqual(TTL_MS + config.lookEveryMs + 20);

@@ -80,7 +80,9 @@ describe("becoming active", () => {
     m.feed({ type: "granted", id: "L1", ttlMs: 6000, sentAtMs: 1000 });
     m.feed({ type: "looked", leaseId: "L1", leader: "none" });
     expect(m.feed({ type: "campaignFailed" })).toEqual([{ kind: "look", leaseId: "L1" }]);
-    expect(m.feed({ type: "looked", leaseId: "L1", leader: { mine: { revision: 9 } } })).toEqual([{ kind: "activate", term: { revision: 9 } }]);
+    expect(m.feed({ type: "looked", leaseId: "L1", leader: { mine: { revision: 9 } } })).toEqual([
+      { kind: "activate", term: { revision: 9 } },
+    ]);
   });
 
   it("uses the lower of the asked and the granted TTL", () => {
@@ -105,7 +107,10 @@ describe("becoming active", () => {
     m.feed({ type: "granted", id: "L1", ttlMs: 6000, sentAtMs: 1000 });
     m.feed({ type: "looked", leaseId: "L1", leader: "none" });
     m.nowMs = 1000 + 5500;
-    expect(m.feed({ type: "campaigned", won: { revision: 3 } })).toEqual([{ kind: "revoke", id: "L1" }, { kind: "grant", ttlMs: 6000 }]);
+    expect(m.feed({ type: "campaigned", won: { revision: 3 } })).toEqual([
+      { kind: "revoke", id: "L1" },
+      { kind: "grant", ttlMs: 6000 },
+    ]);
     expect(m.drives).toBe(false);
   });
 });
@@ -124,7 +129,10 @@ describe("self-fencing", () => {
     const m = new Member();
     m.activate();
     m.nowMs = 3000;
-    expect(m.feed({ type: "tick" })).toEqual([{ kind: "renew", id: "L1" }, { kind: "look", leaseId: "L1" }]);
+    expect(m.feed({ type: "tick" })).toEqual([
+      { kind: "renew", id: "L1" },
+      { kind: "look", leaseId: "L1" },
+    ]);
     m.nowMs = 3400;
     m.feed({ type: "renewFailed", id: "L1" });
     m.feed({ type: "lookFailed" });
@@ -254,7 +262,10 @@ describe("shutdown", () => {
   it("stops device I/O first and revokes the lease, so the standby need not wait for the TTL", () => {
     const m = new Member();
     m.activate();
-    expect(m.feed({ type: "stop" })).toEqual([{ kind: "deactivate", reason: "shutdown", detail: "the gateway is shutting down" }, { kind: "revoke", id: "L1" }]);
+    expect(m.feed({ type: "stop" })).toEqual([
+      { kind: "deactivate", reason: "shutdown", detail: "the gateway is shutting down" },
+      { kind: "revoke", id: "L1" },
+    ]);
     expect(m.drives).toBe(false);
     m.nowMs += 10_000;
     expect(m.feed({ type: "tick" })).toEqual([]);
@@ -285,7 +296,10 @@ describe("retries", () => {
     m.feed({ type: "granted", id: "L1", ttlMs: 6000, sentAtMs: 1000 });
     m.feed({ type: "looked", leaseId: "L1", leader: "other" });
     m.nowMs = 7000;
-    expect(m.feed({ type: "tick" })).toEqual([{ kind: "revoke", id: "L1" }, { kind: "grant", ttlMs: 6000 }]);
+    expect(m.feed({ type: "tick" })).toEqual([
+      { kind: "revoke", id: "L1" },
+      { kind: "grant", ttlMs: 6000 },
+    ]);
   });
 });
 

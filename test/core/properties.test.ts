@@ -25,7 +25,11 @@ type Op =
 
 const holder = fc.constantFrom(...HOLDERS);
 // Controllers mostly use the token they were last given, sometimes an older or a guessed one.
-const tokenDelta = fc.oneof({ weight: 6, arbitrary: fc.constant(0) }, { weight: 2, arbitrary: fc.integer({ min: -3, max: -1 }) }, { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) });
+const tokenDelta = fc.oneof(
+  { weight: 6, arbitrary: fc.constant(0) },
+  { weight: 2, arbitrary: fc.integer({ min: -3, max: -1 }) },
+  { weight: 1, arbitrary: fc.integer({ min: 1, max: 2 }) },
+);
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ op: fc.constant("acquire" as const), holder, ttlMs: fc.integer({ min: 100, max: 1_500 }) }),
   fc.record({ op: fc.constant("renew" as const), holder, tokenDelta }),
@@ -41,7 +45,13 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       deadlineMs: fc.integer({ min: 1, max: 30_000 }),
     }),
   },
-  { weight: 3, arbitrary: fc.record({ op: fc.constant("result" as const), kind: fc.constantFrom("applied" as const, "unknown" as const, "rejected" as const) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      op: fc.constant("result" as const),
+      kind: fc.constantFrom("applied" as const, "unknown" as const, "rejected" as const),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ op: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 2_500 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant("link" as const), online: fc.boolean() }) },
 );
@@ -50,7 +60,10 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 const safeOpArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 12, arbitrary: opArb },
   // A crash keeps some of the audit records written since the last grant, or none, or all.
-  { weight: 1, arbitrary: fc.record({ op: fc.constant("restart" as const), online: fc.boolean(), auditKept: fc.integer({ min: 0, max: 8 }) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({ op: fc.constant("restart" as const), online: fc.boolean(), auditKept: fc.integer({ min: 0, max: 8 }) }),
+  },
   { weight: 1, arbitrary: fc.record({ op: fc.constant("shutdown" as const) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constant("deviceFence" as const), ahead: fc.integer({ min: 0, max: 3 }) }) },
 );
@@ -70,7 +83,11 @@ function outcomeFor(kind: "applied" | "unknown" | "rejected", set: Record<string
   return { kind: "failed", code: kind === "unknown" ? "OUTCOME_UNKNOWN" : "DEVICE_REJECTED", message: "simulated" };
 }
 
-function run(ops: Op[], config: ActuatorConfig = CONFIG, afterStep: (d: CoreDriver, o: Op, effects: readonly Effect[]) => void = () => {}): History {
+function run(
+  ops: Op[],
+  config: ActuatorConfig = CONFIG,
+  afterStep: (d: CoreDriver, o: Op, effects: readonly Effect[]) => void = () => {},
+): History {
   const d = new CoreDriver(config);
   const h: History = { d, granted: new Map(), renewReplies: [], acquireAfterExpiry: [] };
   const seen = (reply: Reply | undefined, who: string) => {
@@ -98,7 +115,15 @@ function run(ops: Op[], config: ActuatorConfig = CONFIG, afterStep: (d: CoreDriv
         d.request({ type: "release", ref: d.ref(), holder: o.holder, token: token(o.holder, o.tokenDelta) });
         break;
       case "command":
-        d.feed({ type: "command", ref: d.ref(), holder: o.holder, token: token(o.holder, o.tokenDelta), seq: o.seq, set: { position: o.position }, deadlineMs: o.deadlineMs });
+        d.feed({
+          type: "command",
+          ref: d.ref(),
+          holder: o.holder,
+          token: token(o.holder, o.tokenDelta),
+          seq: o.seq,
+          set: { position: o.position },
+          deadlineMs: o.deadlineMs,
+        });
         break;
       case "result": {
         const cmd = d.state.inFlight;
@@ -200,7 +225,8 @@ describe("core invariants over random interleavings", () => {
           const persisted = new Set<number>();
           for (const e of effects) {
             if (e.kind === "persist") persisted.add(e.record.token);
-            if (e.kind === "reply" && e.reply.ok && "lease" in e.reply && e.reply.lease) expect(persisted.has(e.reply.lease.token) || e.reply.lease.token <= d.durable.highestGranted).toBe(true);
+            if (e.kind === "reply" && e.reply.ok && "lease" in e.reply && e.reply.lease)
+              expect(persisted.has(e.reply.lease.token) || e.reply.lease.token <= d.durable.highestGranted).toBe(true);
           }
         });
       }),
@@ -287,7 +313,12 @@ class SafeModel {
       if (e.kind === "event" && e.event.type === "expired") this.endedBy = "other";
       if (e.kind === "event" && e.event.type === "released") this.endedBy = "release";
       if (e.kind === "event" && e.event.type === "granted") this.endedBy = null;
-      if (e.kind === "audit" && e.record.type === "outcome" && e.record.outcome.kind === "applied" && this.lastWriteHolder(d, e.record.token, e.record.seq) === GATEWAY_HOLDER) {
+      if (
+        e.kind === "audit" &&
+        e.record.type === "outcome" &&
+        e.record.outcome.kind === "applied" &&
+        this.lastWriteHolder(d, e.record.token, e.record.seq) === GATEWAY_HOLDER
+      ) {
         this.atControllerValue = false;
       }
     }

@@ -52,7 +52,11 @@ function getText(url: string): Promise<string> {
   });
 }
 
-async function valveStack(name: string, journal: Record<string, unknown>, options: { nodeArgs?: string[]; metricsPort?: number } = {}): Promise<{ stack: Stack; ctl: TestController }> {
+async function valveStack(
+  name: string,
+  journal: Record<string, unknown>,
+  options: { nodeArgs?: string[]; metricsPort?: number } = {},
+): Promise<{ stack: Stack; ctl: TestController }> {
   const stack = await startStack(teardown, {
     name,
     gateway: (sim) => ({
@@ -71,8 +75,17 @@ async function valveStack(name: string, journal: Record<string, unknown>, option
 describe("(a) a command's reply does not wait for the disk; a grant's does", () => {
   it("with every fdatasync held back 1 s and an audit lag of 3 s: the grant's reply follows its commit, the command's comes before any, and the next grant's commit carries the command's records", async () => {
     const port = await freePort();
-    const { stack, ctl } = await valveStack("audit-async", { auditLagMs: 3000 }, { nodeArgs: ["--import", moduleUrl("../../bench/slow-disk.mjs", "syncMs=1000")], metricsPort: port });
-    const lag = async () => (await getJson(`http://127.0.0.1:${port}/api/status`)).gateway.journal.auditLag as { records: number; oldestMs: number; commits: number };
+    const { stack, ctl } = await valveStack(
+      "audit-async",
+      { auditLagMs: 3000 },
+      { nodeArgs: ["--import", moduleUrl("../../bench/slow-disk.mjs", "syncMs=1000")], metricsPort: port },
+    );
+    const lag = async () =>
+      (await getJson(`http://127.0.0.1:${port}/api/status`)).gateway.journal.auditLag as {
+        records: number;
+        oldestMs: number;
+        commits: number;
+      };
 
     const beforeGrant = await lag();
     const granted = await ctl.acquire(A, 30_000);
@@ -109,7 +122,8 @@ describe("(b) SIGKILL with the audit trail's newest records not yet committed", 
     const { stack, ctl } = await valveStack("audit-kill", { auditLagMs: 5000 });
     const granted = await ctl.acquire(A, 30_000);
     const token = granted.lease.token as number;
-    for (let seq = 1; seq <= 3; seq++) expect(await ctl.command(A, token, seq, { position: 10 * seq })).toMatchObject({ ok: true, outcome: "applied" });
+    for (let seq = 1; seq <= 3; seq++)
+      expect(await ctl.command(A, token, seq, { position: 10 * seq })).toMatchObject({ ok: true, outcome: "applied" });
     expect(await stack.daemon.kill("SIGKILL")).toEqual({ code: null, signal: "SIGKILL" });
 
     const daemon = teardown.add(DaemonProcess.start(stack.dir, stack.config), (d) => stopDaemon(d));
@@ -133,17 +147,24 @@ describe("(c) an audit commit that stalls or fails stops the daemon (exit 74)", 
   it.each([
     ["stalls", "hang", /has not become durable within 500 ms \(journal\.commitStallMs\): the disk has stalled/],
     ["fails", "fail", /could not be synced to disk \(EIO/],
-  ] as const)("when the disk %s after the grant, the command is answered, then its audit commit stops the daemon with a sentence", async (_how, mode, sentence) => {
-    const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-disk-")), (d) => rmSync(d, { recursive: true, force: true }));
-    const trigger = join(dir, "disk-gone");
-    const { stack, ctl } = await valveStack(`audit-${mode}`, { auditLagMs: 50, commitStallMs: 500 }, { nodeArgs: ["--import", moduleUrl("../support/failing-disk.mjs", `trigger=${encodeURIComponent(trigger)}&mode=${mode}`)] });
-    const granted = await ctl.acquire(A, 30_000);
-    writeFileSync(trigger, "");
-    expect(await ctl.command(A, granted.lease.token, 1, { position: 5 })).toMatchObject({ ok: true, outcome: "applied" });
-    expect(await stack.daemon.exited).toEqual({ code: 74, signal: null });
-    const fatal = stack.daemon.logs.find((l) => l.level === 60);
-    expect(fatal).toMatchObject({ msg: "the journal could not commit; stopping all decisions" });
-    expect(fatal!.err.message).toMatch(sentence);
-    expect(fatal!.err.stack).toMatch(/\n    at /); // the stack, for whoever files the bug
-  });
+  ] as const)(
+    "when the disk %s after the grant, the command is answered, then its audit commit stops the daemon with a sentence",
+    async (_how, mode, sentence) => {
+      const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-disk-")), (d) => rmSync(d, { recursive: true, force: true }));
+      const trigger = join(dir, "disk-gone");
+      const { stack, ctl } = await valveStack(
+        `audit-${mode}`,
+        { auditLagMs: 50, commitStallMs: 500 },
+        { nodeArgs: ["--import", moduleUrl("../support/failing-disk.mjs", `trigger=${encodeURIComponent(trigger)}&mode=${mode}`)] },
+      );
+      const granted = await ctl.acquire(A, 30_000);
+      writeFileSync(trigger, "");
+      expect(await ctl.command(A, granted.lease.token, 1, { position: 5 })).toMatchObject({ ok: true, outcome: "applied" });
+      expect(await stack.daemon.exited).toEqual({ code: 74, signal: null });
+      const fatal = stack.daemon.logs.find((l) => l.level === 60);
+      expect(fatal).toMatchObject({ msg: "the journal could not commit; stopping all decisions" });
+      expect(fatal!.err.message).toMatch(sentence);
+      expect(fatal!.err.stack).toMatch(/\n    at /); // the stack, for whoever files the bug
+    },
+  );
 });

@@ -47,11 +47,17 @@ describe("the audit queue, shared by two actuators", () => {
     const tokenB = (await b.acquire("valve-2", 60_000)).lease.token as number;
 
     // Each command leaves two records (intent, outcome): four fill valve-1's share of 8.
-    for (let seq = 1; seq <= 4; seq++) expect(await a.command("valve-1", tokenA, seq, { position: seq })).toMatchObject({ ok: true, outcome: "applied" });
-    expect(await a.command("valve-1", tokenA, 5, { position: 5 })).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: expect.stringMatching(/8 of them this actuator's, its share/) } });
+    for (let seq = 1; seq <= 4; seq++)
+      expect(await a.command("valve-1", tokenA, seq, { position: seq })).toMatchObject({ ok: true, outcome: "applied" });
+    expect(await a.command("valve-1", tokenA, 5, { position: 5 })).toMatchObject({
+      ok: false,
+      error: { code: "OVERLOADED", message: expect.stringMatching(/8 of them this actuator's, its share/) },
+    });
     const health = await get(`http://127.0.0.1:${port}/healthz`);
     expect(health.status).toBe(503);
-    expect(health.body.problem).toBe("the journal is 8 records behind: valve-1 holds its share of journal.auditQueueLimit (8 records each), and its commands are refused (OVERLOADED) until the disk catches up");
+    expect(health.body.problem).toBe(
+      "the journal is 8 records behind: valve-1 holds its share of journal.auditQueueLimit (8 records each), and its commands are refused (OVERLOADED) until the disk catches up",
+    );
     expect(await b.command("valve-2", tokenB, 1, { position: 9 })).toMatchObject({ ok: true, outcome: "applied" });
 
     // The lag passes, the records are committed: valve-1 is served again, /healthz 200.

@@ -38,7 +38,11 @@ describe("finding 12: a second gateway with the same gatewayId is detected and r
     const second = teardown.add(DaemonProcess.start(copy.dir, copy.config), (d) => d.kill("SIGKILL"));
     expect(await second.exited).toEqual({ code: 78, signal: null });
     const fatal = second.logs.find((l) => l.level === 60);
-    expect(fatal?.msg).toMatch(new RegExp(`^Another fencegate with gatewayId "test" is connected to ${world.broker.url} \\(host \\S+, pid ${world.daemon.child.pid}\\): two gateways with one id take each other's MQTT client id`));
+    expect(fatal?.msg).toMatch(
+      new RegExp(
+        `^Another fencegate with gatewayId "test" is connected to ${world.broker.url} \\(host \\S+, pid ${world.daemon.child.pid}\\): two gateways with one id take each other's MQTT client id`,
+      ),
+    );
     expect(second.logs.some((l) => l.msg === "MQTT connected")).toBe(false);
     // The first never lost its connection.
     expect(await world.ctl.read(A)).toMatchObject({ ok: true, state: { actuator: A, online: true } });
@@ -47,9 +51,16 @@ describe("finding 12: a second gateway with the same gatewayId is detected and r
 
   it("doctor: the daemon of this configuration is found running; a copy elsewhere with the same id fails", async () => {
     const own = (await runDoctor(join(world.dir, "gateway.yaml"))).find((f) => f.check === "gateway id");
-    expect(own).toMatchObject({ status: "ok", message: expect.stringMatching(/^The daemon of this configuration is running \(host \S+, pid \d+\)/) });
+    expect(own).toMatchObject({
+      status: "ok",
+      message: expect.stringMatching(/^The daemon of this configuration is running \(host \S+, pid \d+\)/),
+    });
     const copied = (await runDoctor(copiedInstallation().file)).find((f) => f.check === "gateway id");
-    expect(copied).toMatchObject({ status: "fail", message: expect.stringMatching(/^Another fencegate with gatewayId "test" is connected to/), fix: expect.stringContaining("its own gatewayId") });
+    expect(copied).toMatchObject({
+      status: "fail",
+      message: expect.stringMatching(/^Another fencegate with gatewayId "test" is connected to/),
+      fix: expect.stringContaining("its own gatewayId"),
+    });
   });
 
   it("a newcomer that could not see the running one takes the id anyway: of the two, exactly one stays, the other stops saying why", async () => {
@@ -68,7 +79,9 @@ describe("finding 12: a second gateway with the same gatewayId is detected and r
     const stays = stopped === world.daemon ? second : world.daemon;
     expect(await stopped.exited).toEqual({ code: 78, signal: null });
     const fatal = stopped.logs.find((l) => l.level === 60);
-    expect(fatal?.msg).toMatch(/^(The broker gave this gateway's MQTT client id "fencegate-test" to another connection: another fencegate with gatewayId "test" has it \(host \S+, pid \d+\)|Another fencegate with gatewayId "test" is connected)/);
+    expect(fatal?.msg).toMatch(
+      /^(The broker gave this gateway's MQTT client id "fencegate-test" to another connection: another fencegate with gatewayId "test" has it \(host \S+, pid \d+\)|Another fencegate with gatewayId "test" is connected)/,
+    );
     // The other stays connected and serving; the id is not taken back and forth.
     await new Promise((r) => setTimeout(r, 2500));
     expect(stays.child.exitCode).toBeNull();

@@ -51,7 +51,11 @@ beforeAll(async () => {
     },
     gateway: ({ host, port }) => ({
       buses: { sim: { type: "tcp", host, port, timeoutMs: BUS_TIMEOUT_MS } },
-      actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2, "fenced", NO_POLL), valve("valve-max", "sim", 3, "fenced", NO_POLL)],
+      actuators: [
+        valve("valve-1", "sim", 1),
+        valve("valve-2", "sim", 2, "fenced", NO_POLL),
+        valve("valve-max", "sim", 3, "fenced", NO_POLL),
+      ],
       commands: { queueLimit: 1 },
     }),
     fenced: ["valve-1", "valve-2", "valve-max"],
@@ -203,7 +207,12 @@ describe("UNKNOWN_POINT, READ_ONLY_POINT, OUT_OF_RANGE", () => {
  * A fence-related refusal on valve-1: `send` is refused with `code` (see {@link refusal}),
  * the error carries `fence` and, exactly when a lease is live, `lease`; the device is untouched.
  */
-async function fenceRefusal(send: () => Promise<Json>, code: string, names: RegExp, expected: { fence: Json; lease?: Json }): Promise<Json> {
+async function fenceRefusal(
+  send: () => Promise<Json>,
+  code: string,
+  names: RegExp,
+  expected: { fence: Json; lease?: Json },
+): Promise<Json> {
   const before = sim.device(1);
   const error = refusal(await send(), code, names);
   expect(error.fence).toEqual(expected.fence);
@@ -241,7 +250,9 @@ describe("LEASE_EXPIRED", () => {
     const from = events.mark();
     const n = await lease(a, "valve-1", 100);
     await events.waitForJson(`${BASE}/valve-1/events`, (e) => e.type === "expired" && e.token === n, { from, what: "the expiry event" });
-    await fenceRefusal(() => a.command("valve-1", n, 0, { position: 33 }), "LEASE_EXPIRED", new RegExp(`\\b${n}\\b`), { fence: { token: n, seq: null } });
+    await fenceRefusal(() => a.command("valve-1", n, 0, { position: 33 }), "LEASE_EXPIRED", new RegExp(`\\b${n}\\b`), {
+      fence: { token: n, seq: null },
+    });
   });
 });
 
@@ -463,7 +474,10 @@ describe("reply routes", () => {
     const withId = (id: string) => (m: { payload: string }) => safeJson(m.payload)?.id === id;
     try {
       const correlationData = Buffer.from([0, 1, 0xfe, 0xff]);
-      await log.client.publishAsync(`${BASE}/valve-1/read`, JSON.stringify({ id: "route-v5", holder: "ctl-r" }), { qos: 1, properties: { responseTopic, correlationData } });
+      await log.client.publishAsync(`${BASE}/valve-1/read`, JSON.stringify({ id: "route-v5", holder: "ctl-r" }), {
+        qos: 1,
+        properties: { responseTopic, correlationData },
+      });
       const reply = await log.waitFor(withId("route-v5"), { what: "the v5 reply" });
       expect(reply.topic).toBe(responseTopic);
       expect(reply.correlationData).toEqual(correlationData);
@@ -491,7 +505,10 @@ describe("reply routes", () => {
       const reply = await v4.acquire("valve-1", 5000);
       expect(reply).toMatchObject({ ok: true, lease: { holder: "ctl-v4" } });
       expect(topics).toEqual([`${BASE}/valve-1/reply/ctl-v4`]);
-      expect(await v4.request("valve-1", "lease/release", { holder: "ctl-v4", token: reply.lease.token })).toMatchObject({ ok: true, lease: null });
+      expect(await v4.request("valve-1", "lease/release", { holder: "ctl-v4", token: reply.lease.token })).toMatchObject({
+        ok: true,
+        lease: null,
+      });
     } finally {
       await v4.close();
     }

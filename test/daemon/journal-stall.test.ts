@@ -54,7 +54,10 @@ async function valves(name: string, journal: Record<string, unknown>, env: Recor
   const dir = join(disk!.dir, name);
   mkdirSync(dir); // as the install makes the journal's directory: the daemon never does
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
-  const sim = teardown.add(await startSimulator({ units: [1, 2, 3], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
+  const sim = teardown.add(
+    await startSimulator({ units: [1, 2, 3], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }),
+    (s) => s.close(),
+  );
   const port = await freePort();
   const config = gatewayConfig({
     brokerUrl: broker.url,
@@ -100,14 +103,18 @@ describe.skipIf(disk === null)("a journal disk that stops answering", () => {
     expect(await a.command("valve-1", tokenA, 1, { position: 10 })).toMatchObject({ ok: true, outcome: "applied" });
     // A grant waits for the disk: its reply comes after the thaw.
     let granted: Json | null = null;
-    const grant = c.request("valve-3", "lease/acquire", { holder: "line-c", ttlMs: 60_000 }, { timeoutMs: 15_000 }).then((reply) => (granted = reply));
+    const grant = c
+      .request("valve-3", "lease/acquire", { holder: "line-c", ttlMs: 60_000 }, { timeoutMs: 15_000 })
+      .then((reply) => (granted = reply));
     grant.catch(() => {}); // awaited below; a test failing before that leaves no unhandled rejection
 
     const unhealthy = await until("/healthz 503", 5000, async () => {
       const answer = await get(healthz, 1000); // answers at once: the event loop is free
       return answer.status === 503 ? answer : null;
     });
-    expect(unhealthy.body.problem).toMatch(/has not come back from the disk for \d+\.\d s: the disk has stalled; commands are still answered, grants wait/);
+    expect(unhealthy.body.problem).toMatch(
+      /has not come back from the disk for \d+\.\d s: the disk has stalled; commands are still answered, grants wait/,
+    );
     expect(performance.now() - frozenAtMs).toBeLessThan(4000); // reported at 2 s (a quarter of commitStallMs, at most 2 s)
 
     // Still frozen: valve-2's commands are answered as they are without a stall.
@@ -116,7 +123,11 @@ describe.skipIf(disk === null)("a journal disk that stops answering", () => {
       expect(await b.command("valve-2", tokenB, seq, { position: 20 * seq })).toMatchObject({ ok: true, outcome: "applied" });
       expect(performance.now() - sentMs).toBeLessThan(1000);
     }
-    await daemon.waitForLog((l) => l.level === 40 && l.component === "journal" && /the disk has stalled/.test(l.msg ?? ""), 1000, "the stall's warning");
+    await daemon.waitForLog(
+      (l) => l.level === 40 && l.component === "journal" && /the disk has stalled/.test(l.msg ?? ""),
+      1000,
+      "the stall's warning",
+    );
 
     expect(granted, "a grant is not answered before its commit comes back").toBeNull();
 
@@ -130,11 +141,15 @@ describe.skipIf(disk === null)("a journal disk that stops answering", () => {
   it("with the systemd watchdog pinging, the event loop still answers from the freeze's first moment: no ping starts a process while the writer thread waits on the disk", async () => {
     const socket = teardown.add(await openNotifySocket(mkdtempSync(join(tmpdir(), "fencegate-notify-"))), (n) => n.close());
     // A ping every 200 ms: several fall due before the stall is reported (2 s) and pings stop.
-    const { a, tokenA, healthz } = await valves("watchdog", { commitStallMs: 10_000, auditLagMs: 50 }, { NOTIFY_SOCKET: socket.path, WATCHDOG_USEC: "600000" });
+    const { a, tokenA, healthz } = await valves(
+      "watchdog",
+      { commitStallMs: 10_000, auditLagMs: 50 },
+      { NOTIFY_SOCKET: socket.path, WATCHDOG_USEC: "600000" },
+    );
     await socket.waitFor("WATCHDOG=1", 5000);
     disk!.freeze();
     expect(await a.command("valve-1", tokenA, 1, { position: 10 })).toMatchObject({ ok: true, outcome: "applied" });
-    for (const end = performance.now() + 2500; performance.now() < end; ) {
+    for (const end = performance.now() + 2500; performance.now() < end;) {
       await get(healthz, 1000); // throws when the event loop is stuck
       await new Promise((r) => setTimeout(r, 50));
     }

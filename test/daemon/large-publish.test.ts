@@ -25,7 +25,9 @@ const MAX_PAYLOAD_BYTES = 16_384; // the default
 
 /** The daemon's peak resident set size so far, from /proc/<pid>/status (VmHWM, in kB there). */
 function peakRssBytes(pid: number): number {
-  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmHWM:"));
+  const line = readFileSync(`/proc/${pid}/status`, "utf8")
+    .split("\n")
+    .find((l) => l.startsWith("VmHWM:"));
   return Number(/(\d+)/.exec(line ?? "")?.[1]) * 1024;
 }
 
@@ -58,11 +60,16 @@ describe.each([
   it("is dropped unread: the daemon's peak RSS stays under 150 MB and it keeps answering", async () => {
     const pid = stack.daemon.child.pid!;
     const before = peakRssBytes(pid);
-    const publisher = teardown.add(await mqtt.connectAsync(stack.broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) => c.endAsync(true));
+    const publisher = teardown.add(await mqtt.connectAsync(stack.broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) =>
+      c.endAsync(true),
+    );
     await publisher.publishAsync("fencegate/valve-1/read", Buffer.alloc(HUGE_BYTES, 0x7b), { qos: 1 });
     // Dropped by the packet guard, unread; or (as before issue 12) buffered whole by mqtt.js
     // and only then found too large by the request parser.
-    const dropped = await stack.daemon.waitForLog((l) => l.msg === "an MQTT packet over the size limit was dropped unread" || l.cause === "TOO_LARGE", 30_000);
+    const dropped = await stack.daemon.waitForLog(
+      (l) => l.msg === "an MQTT packet over the size limit was dropped unread" || l.cause === "TOO_LARGE",
+      30_000,
+    );
     const after = peakRssBytes(pid);
     expect(after, `peak RSS ${(before / MB).toFixed(0)} MB before, ${(after / MB).toFixed(0)} MB after`).toBeLessThan(PEAK_RSS_LIMIT_BYTES);
     expect(dropped).toMatchObject({ msg: "an MQTT packet over the size limit was dropped unread", bytes: expect.any(Number) });
@@ -73,7 +80,9 @@ describe.each([
   it("still acknowledges what it drops: 30 oversized QoS 1 requests, then a read is answered", async () => {
     // A broker holds a delivery slot per unacknowledged QoS 1 message (Mosquitto: 20); had
     // the gateway kept quiet about dropped ones, the 21st request would never arrive.
-    const publisher = teardown.add(await mqtt.connectAsync(stack.broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) => c.endAsync(true));
+    const publisher = teardown.add(await mqtt.connectAsync(stack.broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) =>
+      c.endAsync(true),
+    );
     const drops = () => stack.daemon.logs.filter((l) => l.msg === "an MQTT packet over the size limit was dropped unread").length;
     const dropsBefore = drops();
     for (let i = 0; i < 30; i++) await publisher.publishAsync("fencegate/valve-1/read", Buffer.alloc(100_000, 0x7b), { qos: 1 });
@@ -90,7 +99,10 @@ describe("a request at every size limit at once", () => {
     stack = await startStack(teardown, {
       name: "large-publish-limits",
       sim: () => ({ units: [1], rate: 0 }),
-      gateway: (sim) => ({ buses: { sim: { type: "tcp", host: sim.host, port: sim.port, timeoutMs: 1000 } }, actuators: [valve("valve-1", "sim", 1)] }),
+      gateway: (sim) => ({
+        buses: { sim: { type: "tcp", host: sim.host, port: sim.port, timeoutMs: 1000 } },
+        actuators: [valve("valve-1", "sim", 1)],
+      }),
       fenced: ["valve-1"],
     });
   });
@@ -122,14 +134,19 @@ describe("the shipped broker configuration (config/mosquitto/mosquitto.conf)", (
     try {
       const broker = teardown.add(await startMosquitto(setting), (b) => b.stop());
       const watcher = teardown.add(await TopicWatcher.connect(broker.url, ["fencegate/+/read"]), (w) => w.close());
-      const publisher = teardown.add(await mqtt.connectAsync(broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) => c.endAsync(true));
+      const publisher = teardown.add(await mqtt.connectAsync(broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) =>
+        c.endAsync(true),
+      );
       const closed = new Promise<void>((r) => publisher.once("close", () => r()));
       publisher.publish("fencegate/valve-1/read", Buffer.alloc(HUGE_BYTES, 0x7b), { qos: 1 });
       await closed; // the broker disconnects a client that sends a packet over max_packet_size
       const largest = Buffer.alloc(MAX_PAYLOAD_BYTES, 0x20);
       await watcher.client.publishAsync("fencegate/valve-1/read", largest, {
         qos: 1,
-        properties: { responseTopic: `r/${"x".repeat(MAX_RESPONSE_TOPIC_BYTES - 2)}`, correlationData: Buffer.alloc(MAX_CORRELATION_DATA_BYTES) },
+        properties: {
+          responseTopic: `r/${"x".repeat(MAX_RESPONSE_TOPIC_BYTES - 2)}`,
+          correlationData: Buffer.alloc(MAX_CORRELATION_DATA_BYTES),
+        },
       });
       await watcher.waitFor((m) => m.payload.length === MAX_PAYLOAD_BYTES);
       expect(watcher.messages.some((m) => m.payload.length === HUGE_BYTES)).toBe(false);

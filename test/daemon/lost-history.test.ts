@@ -42,12 +42,20 @@ describe("finding 3: a journal that lost committed history is refused, and recov
       world.daemon = DaemonProcess.start(world.dir, world.config);
       expect(await world.daemon.exited).toEqual({ code: 74, signal: null });
       const fatal = world.daemon.logs.find((l) => l.level === 60);
-      expect(fatal, JSON.stringify(world.daemon.logs.slice(-3))).toMatchObject({ code: "JOURNAL_LOST_HISTORY", recover: `fencegate journal recover --config ${config}` });
-      expect(fatal!.msg).toMatch(/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open when the gateway last stopped/);
+      expect(fatal, JSON.stringify(world.daemon.logs.slice(-3))).toMatchObject({
+        code: "JOURNAL_LOST_HISTORY",
+        recover: `fencegate journal recover --config ${config}`,
+      });
+      expect(fatal!.msg).toMatch(
+        /journal\.db-wal is missing, but .*journal\.db-mark says the journal was open when the gateway last stopped/,
+      );
       expect(fatal!.msg).toMatch(/run `fencegate journal recover` with this gateway's --config/);
     }
 
-    const recover = spawnSync(process.execPath, [FENCEGATE_BIN, "journal", "recover", "--config", config], { encoding: "utf8", timeout: 60_000 });
+    const recover = spawnSync(process.execPath, [FENCEGATE_BIN, "journal", "recover", "--config", config], {
+      encoding: "utf8",
+      timeout: 60_000,
+    });
     expect(recover.stderr).toBe("");
     expect(recover.status).toBe(0);
     expect(recover.stdout).toMatch(new RegExp(`${A}: the next token is above \\d+ \\(the journal had \\d+\\)`));

@@ -54,8 +54,14 @@ function marker(i: number): [string, string] {
 
 function publishCase(publisher: TopicWatcher, c: MalformedCase): Promise<unknown> {
   const properties =
-    c.responseTopic === undefined ? undefined : { responseTopic: c.responseTopic, ...(c.correlationData ? { correlationData: c.correlationData } : {}) };
-  return publisher.client.publishAsync(`${BASE}/${c.actuator}/${c.topicVerb}`, c.payload, { qos: 1, retain: c.retain, ...(properties ? { properties } : {}) });
+    c.responseTopic === undefined
+      ? undefined
+      : { responseTopic: c.responseTopic, ...(c.correlationData ? { correlationData: c.correlationData } : {}) };
+  return publisher.client.publishAsync(`${BASE}/${c.actuator}/${c.topicVerb}`, c.payload, {
+    qos: 1,
+    retain: c.retain,
+    ...(properties ? { properties } : {}),
+  });
 }
 
 /** The daemon's log lines about one request at the MQTT edge: dropped (`cause`) or refused (`code`, `id`). */
@@ -74,7 +80,16 @@ beforeAll(async () => {
       actuators: [valve(ACTUATOR, "sim", 1)],
       leases: { minTtlMs: 100, maxTtlMs: 60_000 },
       // The corpus goes out in batches far above any one sender's rate budget: that is not what it tests.
-      mqtt: { baseTopic: BASE, maxPayloadBytes: MALFORMED_LIMITS.maxPayloadBytes, requestBudget: { perRequesterPerS: 1_000_000, perRequesterBurst: 1_000_000, perActuatorPerS: 1_000_000, perActuatorBurst: 1_000_000 } },
+      mqtt: {
+        baseTopic: BASE,
+        maxPayloadBytes: MALFORMED_LIMITS.maxPayloadBytes,
+        requestBudget: {
+          perRequesterPerS: 1_000_000,
+          perRequesterBurst: 1_000_000,
+          perActuatorPerS: 1_000_000,
+          perActuatorBurst: 1_000_000,
+        },
+      },
     }),
     fenced: [ACTUATOR],
   });
@@ -86,7 +101,9 @@ beforeAll(async () => {
 
   // Every place a reply could go: any holder topic of any actuator level, the corpus's
   // response topics; and the events, where any decision would show.
-  const observer = teardown.add(await TopicWatcher.connect(brokerUrl, [`${BASE}/+/reply/+`, "ctl/#", `${BASE}/+/events`]), (w) => w.close());
+  const observer = teardown.add(await TopicWatcher.connect(brokerUrl, [`${BASE}/+/reply/+`, "ctl/#", `${BASE}/+/events`]), (w) =>
+    w.close(),
+  );
   const publisher = teardown.add(await TopicWatcher.connect(brokerUrl, []), (w) => w.close());
   tcpNoDelay(publisher.client);
   const firstMessage = observer.mark();
@@ -100,7 +117,10 @@ beforeAll(async () => {
     }
     await Promise.all(sent);
     // Bounded backlog at the broker: the batch is through before the next one goes out.
-    await observer.waitFor((m) => safeJson(m.payload)?.id === markerId(end - 1), { from: firstMessage, what: `the reply to ${markerId(end - 1)}` });
+    await observer.waitFor((m) => safeJson(m.payload)?.id === markerId(end - 1), {
+      from: firstMessage,
+      what: `the reply to ${markerId(end - 1)}`,
+    });
   }
   await daemon.waitForLog((l) => l.id === markerId(cases.length - 1), 5000, "the last marker");
   await observer.quiet(QUIET_MS);

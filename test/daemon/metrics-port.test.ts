@@ -26,7 +26,13 @@ it("draws another metrics port when the daemon's own bind finds the drawn one ta
     drawn.push(metricsPort);
     if (drawn.length === 1) intruder.listen(metricsPort, "127.0.0.1"); // taken before the daemon is up
     // Nothing listens on port 1: the daemon starts (and binds its metrics) without broker or device.
-    return gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1", journalPath: join(dir, "journal.db"), buses: { dev: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "dev", 1, "plain")], metricsPort });
+    return gatewayConfig({
+      brokerUrl: "mqtt://127.0.0.1:1",
+      journalPath: join(dir, "journal.db"),
+      buses: { dev: { type: "tcp", host: "127.0.0.1", port: 1 } },
+      actuators: [valve("valve-1", "dev", 1, "plain")],
+      metricsPort,
+    });
   });
   daemon = started.daemon;
   expect(drawn).toHaveLength(2);

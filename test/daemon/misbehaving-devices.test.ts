@@ -18,7 +18,15 @@ import { parseConfig } from "../../src/config/parse.ts";
 import { startDaemon } from "../../src/daemon.ts";
 import { TestController, type Json } from "../support/controller.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valvePoints } from "../support/daemon.ts";
-import { MisbehavingSlave, byteCountField, dataBytes, exception, f32Words, fencedIdentity, truncate } from "../support/misbehaving-slave.ts";
+import {
+  MisbehavingSlave,
+  byteCountField,
+  dataBytes,
+  exception,
+  f32Words,
+  fencedIdentity,
+  truncate,
+} from "../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
 import { freePort } from "../support/ports.ts";
 import { Teardown, daemonReport, stopDaemon } from "../support/stack.ts";
@@ -80,7 +88,9 @@ async function start(options: {
 }): Promise<Started> {
   const profile = options.profile ?? "plain";
   const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-misbehaving-")), (d) => rmSync(d, { recursive: true, force: true }));
-  const slave = teardown.add(options.transport === "rtu" ? await MisbehavingSlave.rtu(pty.device) : await MisbehavingSlave.tcp(), (s) => s.close());
+  const slave = teardown.add(options.transport === "rtu" ? await MisbehavingSlave.rtu(pty.device) : await MisbehavingSlave.tcp(), (s) =>
+    s.close(),
+  );
   for (const [at, words] of Object.entries(options.registers ?? {})) slave.set(Number(at), words);
   const bus =
     options.transport === "rtu"
@@ -91,7 +101,17 @@ async function start(options: {
       brokerUrl: broker.url,
       journalPath: join(dir, "journal.db"),
       buses: { dev: bus },
-      actuators: [{ id: A, bus: "dev", unit: 1, profile, pollIntervalMs: POLL_MS, points: options.points ?? (profile === "fenced" ? valvePoints("fenced") : PLAIN), ...options.actuator }],
+      actuators: [
+        {
+          id: A,
+          bus: "dev",
+          unit: 1,
+          profile,
+          pollIntervalMs: POLL_MS,
+          points: options.points ?? (profile === "fenced" ? valvePoints("fenced") : PLAIN),
+          ...options.actuator,
+        },
+      ],
       metricsPort,
     });
     options.edit?.(config);
@@ -118,7 +138,10 @@ async function healthz(port: number): Promise<{ status: number; body: Json }> {
 }
 
 async function fencegateRead(): Promise<string> {
-  const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "read", A, "--broker", broker.url], { encoding: "utf8", timeout: 30_000 });
+  const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "read", A, "--broker", broker.url], {
+    encoding: "utf8",
+    timeout: 30_000,
+  });
   return stdout;
 }
 
@@ -135,7 +158,10 @@ describe("item 1: exceptions that leave the effect uncertain", () => {
     const from = watcher.mark();
     slave.fault({ fc: 16, apply: true, spoil: exception(0x0b) });
     const reply = await c.command(A, token, 0, { position: 42.5 });
-    expect(reply).toMatchObject({ ok: false, error: { code: "OUTCOME_UNKNOWN", modbusCode: 11, fence: { token, seq: 0 }, message: expect.stringMatching(/0x0B/) } });
+    expect(reply).toMatchObject({
+      ok: false,
+      error: { code: "OUTCOME_UNKNOWN", modbusCode: 11, fence: { token, seq: 0 }, message: expect.stringMatching(/0x0B/) },
+    });
     const event = await watcher.waitForJson(EVENTS, (e) => e.seq === 0 && e.type !== "accepted", { from });
     expect(event).toMatchObject({ type: "outcome-unknown", code: "OUTCOME_UNKNOWN" });
     expect(slave.get(0)).toEqual([4250]); // the device did act
@@ -151,11 +177,19 @@ describe("item 2: one truncated Modbus TCP answer", () => {
     const from = watcher.mark();
     const answeredAt = performance.now();
     // The timeout's silence (150 ms), then the next poll: a state with the device's value.
-    await watcher.waitForJson(STATE, (s) => s.online === true && s.points.position === 42.5, { from, timeoutMs: 5000, what: "a fresh state" });
+    await watcher.waitForJson(STATE, (s) => s.online === true && s.points.position === 42.5, {
+      from,
+      timeoutMs: 5000,
+      what: "a fresh state",
+    });
     expect(performance.now() - answeredAt).toBeLessThan(BUS_TIMEOUT_MS / 2 + 2 * POLL_MS + 1000); // + 1 s for a loaded machine
     expect(await c.command(A, token, 1, { position: 10 })).toMatchObject({ ok: true, applied: { position: 10 } });
     // The lease runs out: the gateway's own safe write reaches the device.
-    await watcher.waitForJson(EVENTS, (e) => e.type === "applied" && e.holder === "@gateway", { from, timeoutMs: 8000, what: "the safe write applied" });
+    await watcher.waitForJson(EVENTS, (e) => e.type === "applied" && e.holder === "@gateway", {
+      from,
+      timeoutMs: 8000,
+      what: "the safe write applied",
+    });
     expect(slave.get(0)).toEqual([0]);
   });
 });
@@ -198,11 +232,18 @@ describe("item 6: a fenced actuator pointed at a device without the fenced ident
   it("gets nothing written and no lease; the state, the log and the refusal say why; it is taken up once it identifies right", async () => {
     const { slave, watcher, c, daemon } = await start({ profile: "fenced" });
     const logged = await daemon.waitForLog((l) => l.msg === "device mismatch: not the device configured", 10_000, "the mismatch");
-    expect(logged).toMatchObject({ actuator: A, level: 50, problem: expect.stringMatching(/register 0 reads 0x0000, not the fencegate magic 0x4647/) });
+    expect(logged).toMatchObject({
+      actuator: A,
+      level: 50,
+      problem: expect.stringMatching(/register 0 reads 0x0000, not the fencegate magic 0x4647/),
+    });
     const state = await watcher.waitForJson(STATE, (s) => s.problem !== undefined, { what: "a state with the problem" });
     expect(state).toMatchObject({ online: false, problem: expect.stringMatching(/not the fenced device configured/) });
     const refused = await c.acquire(A, 10_000);
-    expect(refused).toMatchObject({ ok: false, error: { code: "DEVICE_UNAVAILABLE", message: expect.stringMatching(/0x4647.*no lease is granted/) } });
+    expect(refused).toMatchObject({
+      ok: false,
+      error: { code: "DEVICE_UNAVAILABLE", message: expect.stringMatching(/0x4647.*no lease is granted/) },
+    });
     await new Promise((r) => setTimeout(r, 3 * POLL_MS));
     expect(slave.requests.filter((r) => r.fc !== 3)).toEqual([]); // no keep-alive, no command block
     // The right device is connected: the next poll finds it, reads its fence, and leases are granted.
@@ -220,13 +261,23 @@ describe("item 7: a reading that is not a number", () => {
       points: { ...PLAIN, flow: { register: 2, type: "f32", min: 0, max: 50 } },
       registers: { 0: [1000], 2: f32Words(Number.NaN) },
     });
-    const seen = await watcher.waitFor((m) => m.topic === STATE && safeJson(m.payload)?.pointFaults !== undefined, { what: "a state with a point fault" });
+    const seen = await watcher.waitFor((m) => m.topic === STATE && safeJson(m.payload)?.pointFaults !== undefined, {
+      what: "a state with a point fault",
+    });
     expect(seen.payload).not.toMatch(/"flow":null/);
-    expect(JSON.parse(seen.payload)).toMatchObject({ online: true, points: { position: 10, actual: 0 }, pointFaults: { flow: "reads NaN, not a finite number" } });
+    expect(JSON.parse(seen.payload)).toMatchObject({
+      online: true,
+      points: { position: 10, actual: 0 },
+      pointFaults: { flow: "reads NaN, not a finite number" },
+    });
     expect(JSON.parse(seen.payload).points).not.toHaveProperty("flow");
     expect(await fencegateRead()).toMatch(/^ {2}faults flow reads NaN, not a finite number$/m);
     expect(await metric(metricsPort, `fencegate_point_faults{actuator="${A}"}`)).toBe(1);
-    expect(daemon.logs.find((l) => l.msg === "point fault: the reading is not a finite number")).toMatchObject({ actuator: A, point: "flow", value: "NaN" });
+    expect(daemon.logs.find((l) => l.msg === "point fault: the reading is not a finite number")).toMatchObject({
+      actuator: A,
+      point: "flow",
+      value: "NaN",
+    });
   });
 });
 
@@ -236,11 +287,19 @@ describe("item 8: /healthz", () => {
     expect(await healthz(metricsPort)).toMatchObject({ status: 200, body: { ok: true, problem: null, buses: { dev: true } } });
     const port = slave.address!.port;
     await slave.close(); // the device's TCP endpoint is gone: the bus cannot reopen
-    const down = await until(async () => {
-      const h = await healthz(metricsPort);
-      return h.status === 503 ? h : undefined;
-    }, { timeoutMs: 5000, what: "503" });
-    expect(down!.body).toMatchObject({ ok: false, problem: "no bus is open (dev): no device can be reached", buses: { dev: false }, actuators: { [A]: false } });
+    const down = await until(
+      async () => {
+        const h = await healthz(metricsPort);
+        return h.status === 503 ? h : undefined;
+      },
+      { timeoutMs: 5000, what: "503" },
+    );
+    expect(down!.body).toMatchObject({
+      ok: false,
+      problem: "no bus is open (dev): no device can be reached",
+      buses: { dev: false },
+      actuators: { [A]: false },
+    });
     teardown.add(await MisbehavingSlave.tcp({ port }), (s) => s.close());
     await until(async () => (await healthz(metricsPort)).status === 200, { timeoutMs: 5000, what: "200 again" });
   });
@@ -277,7 +336,12 @@ describe("item 8: /healthz", () => {
 describe("item 9: the metrics listener beyond loopback", () => {
   it("is refused without metrics.allowNonLoopback (exit 78, naming the setting)", async () => {
     const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-metrics-")), (d) => rmSync(d, { recursive: true, force: true }));
-    const config = gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "journal.db"), buses: { dev: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [{ id: A, bus: "dev", unit: 1, profile: "plain", points: PLAIN }] });
+    const config = gatewayConfig({
+      brokerUrl: broker.url,
+      journalPath: join(dir, "journal.db"),
+      buses: { dev: { type: "tcp", host: "127.0.0.1", port: 1 } },
+      actuators: [{ id: A, bus: "dev", unit: 1, profile: "plain", points: PLAIN }],
+    });
     config.metrics = { enabled: true, host: "0.0.0.0", port: await freePort() };
     daemon = teardown.add(DaemonProcess.start(dir, config), (d) => stopDaemon(d));
     expect(await daemon.exited).toEqual({ code: 78, signal: null });
@@ -286,7 +350,9 @@ describe("item 9: the metrics listener beyond loopback", () => {
 
   it("with metrics.allowNonLoopback: true it listens there, and the log warns", async () => {
     // The status page (issue 15) needs credentials beyond loopback: off here, as the premise is "no authentication".
-    const { daemon, metricsPort: port } = await start({ edit: (c) => (c.metrics = { ...c.metrics, host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } }) });
+    const { daemon, metricsPort: port } = await start({
+      edit: (c) => (c.metrics = { ...c.metrics, host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } }),
+    });
     expect(daemon.logs.find((l) => l.msg?.startsWith("metrics.host is not loopback"))).toMatchObject({ level: 40, host: "0.0.0.0", port });
     expect((await healthz(port)).status).toBe(200);
   });

@@ -58,8 +58,13 @@ describe("finding 11: a stopped or crashed gateway's actuators read as offline, 
     expect(after.get(STATUS)).toBe("offline");
     expect(safeJson(after.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" } }); // nobody could change it
 
-    const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url, "--json"], { timeout: 30_000 });
-    expect(JSON.parse(stdout)).toEqual({ ok: true, actuators: [expect.objectContaining({ actuator: A, online: false, lease: null, gateway: "test" })] });
+    const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url, "--json"], {
+      timeout: 30_000,
+    });
+    expect(JSON.parse(stdout)).toEqual({
+      ok: true,
+      actuators: [expect.objectContaining({ actuator: A, online: false, lease: null, gateway: "test" })],
+    });
     const human = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url], { timeout: 30_000 });
     expect(human.stdout).toMatch(new RegExp(`^${A} +NO +- +- `, "m"));
 

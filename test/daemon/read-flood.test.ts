@@ -32,7 +32,10 @@ beforeAll(async () => {
         b: { type: "tcp", host: simB.tcp!.host, port: simB.tcp!.port, timeoutMs: 2000 },
       },
       // No periodic polls: every device read of valve-a comes from a read request.
-      actuators: [valve("valve-a", "a", 1, "fenced", { pollIntervalMs: HOUR_MS }), valve("valve-b", "b", 1, "fenced", { pollIntervalMs: HOUR_MS })],
+      actuators: [
+        valve("valve-a", "a", 1, "fenced", { pollIntervalMs: HOUR_MS }),
+        valve("valve-b", "b", 1, "fenced", { pollIntervalMs: HOUR_MS }),
+      ],
     }),
     fenced: ["valve-a", "valve-b"],
   });

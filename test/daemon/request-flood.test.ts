@@ -65,10 +65,14 @@ afterAll(async () => {
 
 /** Runs the flooder (test/support/flooder.mjs) in a process of its own; resolves with how many requests it sent. */
 function flood(ms: number): Promise<number> {
-  const child = spawn(process.execPath, [FLOODER, broker!.url, `fencegate/${A}`, String(FLOOD_RATE), String(ms)], { stdio: ["ignore", "pipe", "inherit"] });
+  const child = spawn(process.execPath, [FLOODER, broker!.url, `fencegate/${A}`, String(FLOOD_RATE), String(ms)], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
   let out = "";
   child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
-  return new Promise((resolve, reject) => child.once("exit", (code) => (code === 0 ? resolve(Number(out.trim())) : reject(new Error(`the flooder exited ${code}`)))));
+  return new Promise((resolve, reject) =>
+    child.once("exit", (code) => (code === 0 ? resolve(Number(out.trim())) : reject(new Error(`the flooder exited ${code}`)))),
+  );
 }
 
 async function metric(prefix: string): Promise<number> {
@@ -115,18 +119,29 @@ describe("a request flood from a client with no lease", () => {
     expect(await metric(`fencegate_requests_refused_at_door_total{code="OVERLOADED"}`)).toBeGreaterThan(0);
     expect(await metric(`fencegate_requests_refused_at_door_total{code="OVER_BUDGET"}`)).toBeGreaterThan(1000);
     // One summary line per holder and code, at most once per interval; nothing line by line.
-    const summary = await daemon!.waitForLog((l) => l.holder === "intruder" && l.code === "NOT_HOLDER" && typeof l.count === "number", 15_000, "the refusal summary");
+    const summary = await daemon!.waitForLog(
+      (l) => l.holder === "intruder" && l.code === "NOT_HOLDER" && typeof l.count === "number",
+      15_000,
+      "the refusal summary",
+    );
     expect(summary.count).toBeGreaterThan(100);
     const lines = daemon!.logs.slice(logsBefore);
     console.log(`log: ${lines.length} lines during and after the flood`);
     // (Once the holder released, one of the flood's acquires was granted: that is logged.)
-    expect(lines.filter((l) => l.msg === "refused" || l.cause !== undefined || (l.code !== undefined && l.count === undefined))).toEqual([]);
+    expect(lines.filter((l) => l.msg === "refused" || l.cause !== undefined || (l.code !== undefined && l.count === undefined))).toEqual(
+      [],
+    );
     expect(lines.length).toBeLessThan(40);
   }, 60_000);
 
   it("budgets who-is-this-gateway reads (B/gateway/read) like an actuator's: a burst answered, one OVERLOADED, the rest unanswered", async () => {
     const replies = await Promise.all(
-      Array.from({ length: 300 }, () => owner!.request("gateway", "read", { holder: "prober" }, { timeoutMs: 3000 }).then((r) => (r.ok === false ? r.error.code : "ok"), () => "unanswered")),
+      Array.from({ length: 300 }, () =>
+        owner!.request("gateway", "read", { holder: "prober" }, { timeoutMs: 3000 }).then(
+          (r) => (r.ok === false ? r.error.code : "ok"),
+          () => "unanswered",
+        ),
+      ),
     );
     const count = (what: string) => replies.filter((r) => r === what).length;
     expect(count("ok")).toBeGreaterThanOrEqual(100); // the burst (and what refilled meanwhile)

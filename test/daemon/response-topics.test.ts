@@ -38,11 +38,18 @@ beforeAll(async () => {
     }),
     fenced: ["valve-1", "valve-2"],
   });
-  owner = teardown.add(await FencegateClient.connect({ url: stack.broker.url, holder: "line-a", requestTimeoutMs: 2000 }), (c) => c.close());
+  owner = teardown.add(await FencegateClient.connect({ url: stack.broker.url, holder: "line-a", requestTimeoutMs: 2000 }), (c) =>
+    c.close(),
+  );
   // A short lease renewed every 500 ms: lost within 1.5 s if the gateway stops answering.
   lease = await owner.acquire("valve-2", { ttlMs: 1500 });
   watcher = teardown.add(
-    await TopicWatcher.connect(stack.broker.url, [HOSTILE_REPLIES, "fencegate/valve-2/state", "fencegate/valve-2/command", "fencegate/gateway/test/status"]),
+    await TopicWatcher.connect(stack.broker.url, [
+      HOSTILE_REPLIES,
+      "fencegate/valve-2/state",
+      "fencegate/valve-2/command",
+      "fencegate/gateway/test/status",
+    ]),
     (w) => w.close(),
   );
 });
@@ -50,7 +57,12 @@ beforeAll(async () => {
 afterAll(() => teardown.run());
 
 /** Publishes `body` to B/A/verb over MQTT 5 with `responseTopic`, as a hostile requester would. */
-async function publishWithResponseTopic(actuator: string, verb: string, body: Record<string, unknown>, responseTopic: string): Promise<void> {
+async function publishWithResponseTopic(
+  actuator: string,
+  verb: string,
+  body: Record<string, unknown>,
+  responseTopic: string,
+): Promise<void> {
   await watcher.client.publishAsync(`fencegate/${actuator}/${verb}`, JSON.stringify(body), {
     qos: 1,
     properties: { responseTopic, correlationData: Buffer.from("c") },
@@ -125,11 +137,21 @@ describe("a reply that gets the gateway disconnected", () => {
     const answeredTopic = `probe/${randomUUID()}`;
     await asker.client.subscribeAsync([cutTopic, answeredTopic], { qos: 1 });
     proxy.cutOnUpstream(cutTopic);
-    await asker.client.publishAsync("fencegate/valve-1/read", JSON.stringify({ id: "cut-1" }), { qos: 1, properties: { responseTopic: cutTopic } });
+    await asker.client.publishAsync("fencegate/valve-1/read", JSON.stringify({ id: "cut-1" }), {
+      qos: 1,
+      properties: { responseTopic: cutTopic },
+    });
     await until(() => proxy.connections.some((c) => c.cut), { what: "the proxy to cut the connection carrying the reply" });
-    await daemon.waitForLog((l) => l.msg === "MQTT connected" && daemon.logs.indexOf(l) > daemon.logs.findIndex((k) => k.msg === "MQTT connected"), 10_000, "a second MQTT connection");
+    await daemon.waitForLog(
+      (l) => l.msg === "MQTT connected" && daemon.logs.indexOf(l) > daemon.logs.findIndex((k) => k.msg === "MQTT connected"),
+      10_000,
+      "a second MQTT connection",
+    );
     // The new connection works: a fresh read is answered over it.
-    await asker.client.publishAsync("fencegate/valve-1/read", JSON.stringify({ id: "after-1" }), { qos: 1, properties: { responseTopic: answeredTopic } });
+    await asker.client.publishAsync("fencegate/valve-1/read", JSON.stringify({ id: "after-1" }), {
+      qos: 1,
+      properties: { responseTopic: answeredTopic },
+    });
     const answer = await asker.waitForJson(answeredTopic, (b) => b.id === "after-1");
     expect(answer).toMatchObject({ id: "after-1", ok: true });
     const later = proxy.connections.slice(proxy.connections.findIndex((c) => c.cut) + 1);

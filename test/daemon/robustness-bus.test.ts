@@ -78,7 +78,10 @@ beforeAll(async () => {
       buses: { line: { type: "rtu", path: pty!.master, timeoutMs: TIMEOUT_MS } },
       metricsPort,
       // No background polling: every transaction on the line is one a test caused.
-      actuators: [valve("valve-1", "line", 1, "fenced", { pollIntervalMs: HOUR_MS }), valve("valve-2", "line", 2, "fenced", { pollIntervalMs: HOUR_MS })],
+      actuators: [
+        valve("valve-1", "line", 1, "fenced", { pollIntervalMs: HOUR_MS }),
+        valve("valve-2", "line", 2, "fenced", { pollIntervalMs: HOUR_MS }),
+      ],
     }),
   ));
   await daemon.ready(["valve-1", "valve-2"]);
@@ -140,10 +143,16 @@ describe("two units on one RTU line", () => {
     };
     const [r1, r2] = await Promise.all([run(c1!, "valve-1", 8), run(c2!, "valve-2", 1)]);
 
-    for (const [unit, r] of [[1, r1], [2, r2]] as const) {
+    for (const [unit, r] of [
+      [1, r1],
+      [2, r2],
+    ] as const) {
       // Nothing is refused; a transaction the loaded machine let time out is OUTCOME_UNKNOWN.
       const refused = r.replies.filter((x) => !x.ok).map((x) => x.error.code);
-      expect(refused.every((code) => code === "OUTCOME_UNKNOWN"), JSON.stringify(refused.slice(0, 5))).toBe(true);
+      expect(
+        refused.every((code) => code === "OUTCOME_UNKNOWN"),
+        JSON.stringify(refused.slice(0, 5)),
+      ).toBe(true);
       // Each applied reply is a command the device acted on, with the value it holds (the
       // device's seq counts the gateway's writes under the token: here the API seq).
       const ok = r.replies.filter((x) => x.ok);
@@ -204,7 +213,10 @@ describe("two units on one RTU line", () => {
       const isConfirmation = (s: Record<string, any>) => s.points.position === 60 && s.points.actual === 20;
       const confirmation = await watcher!.waitForJson("fencegate/valve-2/state", isConfirmation, { from, what: "the command's state" });
       await watcher!.waitForJson("fencegate/valve-2/state", (s) => JSON.stringify(s.points) !== JSON.stringify(confirmation.points), {
-        from: watcher!.messages.findIndex((m, i) => i >= from && m.topic === "fencegate/valve-2/state" && isConfirmation(JSON.parse(m.payload))) + 1,
+        from:
+          watcher!.messages.findIndex(
+            (m, i) => i >= from && m.topic === "fencegate/valve-2/state" && isConfirmation(JSON.parse(m.payload)),
+          ) + 1,
         what: "the state the read-back after the command read",
       });
       await quiesce();

@@ -87,7 +87,10 @@ function stream(c: TestController, token: number, sent: Sent[], control: { stop:
     for (let seq = 0; !control.stop; seq++) {
       const s: Sent = { token, seq, position: seq % 101 };
       sent.push(s);
-      const reply = await Promise.race([c.command(A, token, seq, { position: s.position }).catch(() => undefined), control.stopped.then(() => undefined)]);
+      const reply = await Promise.race([
+        c.command(A, token, seq, { position: s.position }).catch(() => undefined),
+        control.stopped.then(() => undefined),
+      ]);
       if (reply === undefined) return;
       s.reply = reply;
       // Nothing is refused while the lease lives and the device answers within the deadline.
@@ -145,7 +148,10 @@ describe("the daemon killed with SIGKILL mid-command", () => {
           const applied = { ok: false, error: { code: "DUPLICATE", original: { ok: true, outcome: "applied", seq: confirmed.seq } } };
           if (retry.error.code === "DUPLICATE") expect(again).toMatchObject(applied);
           else if (again.error?.code === "DUPLICATE" && !(again.error.original as Json).ok) {
-            expect(again).toMatchObject({ ok: false, error: { code: "DUPLICATE", original: { ok: false, error: { code: "OUTCOME_UNKNOWN" } } } });
+            expect(again).toMatchObject({
+              ok: false,
+              error: { code: "DUPLICATE", original: { ok: false, error: { code: "OUTCOME_UNKNOWN" } } },
+            });
           } else if (again.error?.code !== "LEASE_EXPIRED") expect(again).toMatchObject(applied);
         }
         // Neither retry touched the device again.
@@ -200,7 +206,10 @@ describe("the daemon killed with SIGKILL mid-command", () => {
     const applied = sim!.device(1).applied;
     for (let i = 1; i < applied.length; i++) {
       const [p, q] = [applied[i - 1]!, applied[i]!];
-      expect(q.token! > p.token! || (q.token === p.token && q.seq! > p.seq!), `applied[${i}] ${JSON.stringify(q)} after ${JSON.stringify(p)}`).toBe(true);
+      expect(
+        q.token! > p.token! || (q.token === p.token && q.seq! > p.seq!),
+        `applied[${i}] ${JSON.stringify(q)} after ${JSON.stringify(p)}`,
+      ).toBe(true);
     }
     for (const e of applied) expect(e.setpoints.position).toBe(e.seq! % 101);
     expect(new Set(applied.map((e) => e.token)).size).toBe(LIVES);

@@ -92,10 +92,18 @@ describe("the MQTT broker killed and restarted on the same port", () => {
     // A newcomer gets the retained status and state the daemon republished on reconnecting.
     const late = await TopicWatcher.connect(broker!.url, [STATUS_TOPIC, STATE_TOPIC]);
     try {
-      expect(await late.waitFor((m) => m.topic === STATUS_TOPIC, { what: "the retained status" })).toMatchObject({ payload: "online", retain: true });
+      expect(await late.waitFor((m) => m.topic === STATUS_TOPIC, { what: "the retained status" })).toMatchObject({
+        payload: "online",
+        retain: true,
+      });
       const state = await late.waitFor((m) => m.topic === STATE_TOPIC, { what: "the retained state" });
       expect(state.retain).toBe(true);
-      expect(JSON.parse(state.payload)).toMatchObject({ actuator: A, online: true, lease: { holder: "controller", token }, points: { position: 11 } });
+      expect(JSON.parse(state.payload)).toMatchObject({
+        actuator: A,
+        online: true,
+        lease: { holder: "controller", token },
+        points: { position: 11 },
+      });
     } finally {
       await late.close();
     }
@@ -144,7 +152,11 @@ describe("the serial adapter unplugged and plugged back in", () => {
     await sim!.close();
     pty = await createPtyPair({ dir: ptyDir });
     await startSim();
-    const state = await watcher!.waitForJson(STATE_TOPIC, (s) => s.online === true, { from: offlineSeen, timeoutMs: 5000, what: "state online:true" });
+    const state = await watcher!.waitForJson(STATE_TOPIC, (s) => s.online === true, {
+      from: offlineSeen,
+      timeoutMs: 5000,
+      what: "state online:true",
+    });
     expect(state).toMatchObject({ lease: { holder: "controller", token } });
     const after = await command(55);
     expect(after, JSON.stringify(after)).toMatchObject({ ok: true, outcome: "applied", applied: { position: 55 } });
@@ -163,7 +175,10 @@ describe("the daemon SIGKILLed", () => {
     expect(await watcher!.waitFor((m) => m.topic === STATUS_TOPIC, { from, what: "the last will" })).toMatchObject({ payload: "offline" });
     const late = await TopicWatcher.connect(broker!.url, [STATUS_TOPIC]);
     try {
-      expect(await late.waitFor((m) => m.topic === STATUS_TOPIC, { what: "the retained status" })).toMatchObject({ payload: "offline", retain: true });
+      expect(await late.waitFor((m) => m.topic === STATUS_TOPIC, { what: "the retained status" })).toMatchObject({
+        payload: "offline",
+        retain: true,
+      });
     } finally {
       await late.close();
     }

@@ -57,7 +57,10 @@ describe("finding 1: the safe expiry policy is carried out, whatever ends the le
     let owed: Record<string, any>;
     try {
       // The lease runs out while the device is silent: the state shows the safe write owed.
-      owed = await watcher.waitForJson(STATE, (s) => s.lease === null && s.safeWrite !== null, { from, what: "a state with the safe write owed" });
+      owed = await watcher.waitForJson(STATE, (s) => s.lease === null && s.safeWrite !== null, {
+        from,
+        what: "a state with the safe write owed",
+      });
       expect(owed.safeWrite).toMatchObject({ set: { position: 0 } });
       expect(owed.safeWrite.token).toBeGreaterThan(token);
       await sleep(3000); // several expiries' worth: the valve stays where it was, nothing is given up
@@ -66,9 +69,15 @@ describe("finding 1: the safe expiry policy is carried out, whatever ends the le
       sim.mute(false);
     }
     await until(() => sim.device(1).targetPosition === SAFE_POSITION, { timeoutMs: 10_000, what: "the valve at its safe value" });
-    const done = await watcher.waitForJson(STATE, (s) => s.safeWrite === null && s.fence.token >= owed.safeWrite.token, { from, what: "the state once confirmed" });
+    const done = await watcher.waitForJson(STATE, (s) => s.safeWrite === null && s.fence.token >= owed.safeWrite.token, {
+      from,
+      what: "the state once confirmed",
+    });
     expect(done.lease).toBeNull();
-    await watcher.waitForJson(EVENTS, (e) => e.type === "applied" && e.holder === "@gateway", { from, what: "the gateway's applied event" });
+    await watcher.waitForJson(EVENTS, (e) => e.type === "applied" && e.holder === "@gateway", {
+      from,
+      what: "the gateway's applied event",
+    });
     expect(sim.device(1).fence.token).toBeGreaterThanOrEqual(owed.safeWrite.token);
   });
 
@@ -81,7 +90,10 @@ describe("finding 1: the safe expiry policy is carried out, whatever ends the le
     const expired = await watcher.waitForJson(EVENTS, (e) => e.type === "expired", { from, what: "expired at restart" });
     expect(expired).toMatchObject({ holder: "line-a", token, reason: "restart" });
     await until(() => sim.device(1).targetPosition === SAFE_POSITION, { timeoutMs: 10_000, what: "the valve at its safe value" });
-    const state = await watcher.waitForJson(STATE, (s) => s.safeWrite === null && s.fence.token > token, { from, what: "the state once confirmed" });
+    const state = await watcher.waitForJson(STATE, (s) => s.safeWrite === null && s.fence.token > token, {
+      from,
+      what: "the state once confirmed",
+    });
     expect(state.lease).toBeNull();
     // The old lease is over for good; the next one is above the gateway's own token.
     expect((await ctl.command(A, token, 1, { position: 70 })).error?.code).toBe("STALE_TOKEN");

@@ -29,11 +29,20 @@ interface Gateway {
 
 /** A gateway's installation: its own directory, journal and simulated valve (unit 1). */
 async function installation(gatewayId: string, actuators: readonly string[], extra: Record<string, unknown> = {}): Promise<Gateway> {
-  const dir = teardown.add(mkdtempSync(join(tmpdir(), `fencegate-several-${gatewayId}-`)), (d) => rmSync(d, { recursive: true, force: true }));
+  const dir = teardown.add(mkdtempSync(join(tmpdir(), `fencegate-several-${gatewayId}-`)), (d) =>
+    rmSync(d, { recursive: true, force: true }),
+  );
   const units = actuators.map((_, i) => i + 1);
-  const sim = teardown.add(await startSimulator({ units, rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
+  const sim = teardown.add(await startSimulator({ units, rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) =>
+    s.close(),
+  );
   const config = {
-    ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "journal.db"), buses: { sim: { type: "tcp", ...sim.tcp! } }, actuators: actuators.map((a, i) => valve(a, "sim", i + 1)) }),
+    ...gatewayConfig({
+      brokerUrl: broker.url,
+      journalPath: join(dir, "journal.db"),
+      buses: { sim: { type: "tcp", ...sim.tcp! } },
+      actuators: actuators.map((a, i) => valve(a, "sim", i + 1)),
+    }),
     gatewayId,
     ...extra,
   };
@@ -70,7 +79,10 @@ async function allReplies(actuator: string, verb: string, body: Record<string, u
     client.on("message", (_t, payload) => replies.push(JSON.parse(payload.toString())));
     await client.subscribeAsync(replyTopic, { qos: 1 });
     const id = randomUUID();
-    await client.publishAsync(`fencegate/${actuator}/${verb}`, JSON.stringify({ id, ...body }), { qos: 1, properties: { responseTopic: replyTopic, correlationData: Buffer.from(id) } });
+    await client.publishAsync(`fencegate/${actuator}/${verb}`, JSON.stringify({ id, ...body }), {
+      qos: 1,
+      properties: { responseTopic: replyTopic, correlationData: Buffer.from(id) },
+    });
     await new Promise((r) => setTimeout(r, waitMs));
     return replies;
   } finally {
@@ -104,7 +116,9 @@ describe("several gateways on one broker", () => {
       expect(performance.now() - askedAt).toBeLessThan(2000);
       expect(refusal).toBeInstanceOf(FencegateError);
       expect((refusal as FencegateError).code).toBe("UNKNOWN_ACTUATOR");
-      expect((refusal as FencegateError).message).toMatch(/^UNKNOWN_ACTUATOR: No gateway on this broker serves an actuator "valve-9": 2 gateway\(s\) announce theirs \((gw-base, gw-auth|gw-auth, gw-base)\)/);
+      expect((refusal as FencegateError).message).toMatch(
+        /^UNKNOWN_ACTUATOR: No gateway on this broker serves an actuator "valve-9": 2 gateway\(s\) announce theirs \((gw-base, gw-auth|gw-auth, gw-base)\)/,
+      );
     } finally {
       await client.close();
     }
@@ -113,7 +127,9 @@ describe("several gateways on one broker", () => {
   it("the CLI: an acquire on another gateway's actuator is granted (exit 0); an actuator nobody serves is 'no such actuator' (exit 5)", async () => {
     const cli = (...args: string[]) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-        execFile(process.execPath, [FENCEGATE_BIN, ...args, "--broker", broker.url, "--holder", "line-c"], (err, stdout, stderr) => resolve({ code: err ? Number(err.code) : 0, stdout, stderr }));
+        execFile(process.execPath, [FENCEGATE_BIN, ...args, "--broker", broker.url, "--holder", "line-c"], (err, stdout, stderr) =>
+          resolve({ code: err ? Number(err.code) : 0, stdout, stderr }),
+        );
       });
     const granted = await cli("lease", "acquire", "valve-a", "--ttl-ms", "1000", "--json");
     expect(granted).toMatchObject({ code: 0 });
@@ -130,7 +146,11 @@ describe("two gateways serving one actuator id", () => {
     const daemon = teardown.add(DaemonProcess.start(copy.dir, copy.config), (d) => d.kill("SIGKILL"));
     expect(await daemon.exited).toEqual({ code: 78, signal: null });
     const fatal = daemon.logs.find((l) => l.level === 60);
-    expect(fatal?.msg).toMatch(new RegExp(`^Gateway "gw-base" \\(host \\S+, pid ${baseDaemon.child.pid}\\) on ${broker.url} already serves "valve-1", which gateway "gw-copy" serves too`));
+    expect(fatal?.msg).toMatch(
+      new RegExp(
+        `^Gateway "gw-base" \\(host \\S+, pid ${baseDaemon.child.pid}\\) on ${broker.url} already serves "valve-1", which gateway "gw-copy" serves too`,
+      ),
+    );
     expect(daemon.logs.some((l) => l.msg === "MQTT connected")).toBe(false);
     // The running one was not disturbed.
     expect(await allReplies("valve-1", "read", { holder: "line-a" })).toHaveLength(1);
@@ -141,17 +161,27 @@ describe("two gateways serving one actuator id", () => {
     const findings = await runDoctor(copy.file);
     expect(findings.find((f) => f.check === "actuator ids")).toMatchObject({
       status: "fail",
-      message: expect.stringMatching(/^Gateway "gw-base" \(host \S+, pid \d+\) on \S+ already serves "valve-1", which gateway "gw-copy2" serves too/),
+      message: expect.stringMatching(
+        /^Gateway "gw-base" \(host \S+, pid \d+\) on \S+ already serves "valve-1", which gateway "gw-copy2" serves too/,
+      ),
     });
-    expect(findings.find((f) => f.check === "gateway id")).toMatchObject({ status: "ok", message: expect.stringMatching(/\(2 gateways answered: gw-auth, gw-base\)/) });
+    expect(findings.find((f) => f.check === "gateway id")).toMatchObject({
+      status: "ok",
+      message: expect.stringMatching(/\(2 gateways answered: gw-auth, gw-base\)/),
+    });
     const own = await runDoctor(base.file);
-    expect(own.find((f) => f.check === "actuator ids")).toMatchObject({ status: "ok", message: "No other gateway serves an actuator of this one (2 gateways answered: gw-auth, gw-base)." });
+    expect(own.find((f) => f.check === "actuator ids")).toMatchObject({
+      status: "ok",
+      message: "No other gateway serves an actuator of this one (2 gateways answered: gw-auth, gw-base).",
+    });
   });
 
   it("members of one gateway group are no conflict", () => {
     const self = { id: "gw-b", instance: "b", host: "h", pid: 2, actuators: ["valve-1"], group: "boilers" };
     const member = { id: "gw-a", instance: "a", host: "h", pid: 1, actuators: ["valve-1"], group: "boilers" };
     expect(actuatorConflictOf({ kind: "answered", gateways: [member] }, self)).toBeUndefined();
-    expect(actuatorConflictOf({ kind: "answered", gateways: [{ ...member, group: "other" }] }, self)).toMatchObject({ actuators: ["valve-1"] });
+    expect(actuatorConflictOf({ kind: "answered", gateways: [{ ...member, group: "other" }] }, self)).toMatchObject({
+      actuators: ["valve-1"],
+    });
   });
 });

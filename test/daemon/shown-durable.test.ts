@@ -48,8 +48,12 @@ describe("finding 4: nothing published or replied shows a decision before it is 
     expect(read.state.fence).toEqual({ token: 0, seq: null });
     const { reply, at } = await granting;
     expect(reply).toMatchObject({ ok: true, lease: { holder: "line-a", token: 1 } });
-    const shownEarly = watcher.messages.slice(from, at).filter((m) => m.topic === STATE).map((m) => safeJson(m.payload)!);
-    for (const s of shownEarly) expect(s, "a state published before the grant was durable").toMatchObject({ lease: null, fence: { token: 0 } });
+    const shownEarly = watcher.messages
+      .slice(from, at)
+      .filter((m) => m.topic === STATE)
+      .map((m) => safeJson(m.payload)!);
+    for (const s of shownEarly)
+      expect(s, "a state published before the grant was durable").toMatchObject({ lease: null, fence: { token: 0 } });
     // Once durable, both show it.
     expect((await ctl.read(A)).state.lease).toMatchObject({ holder: "line-a", token: 1 });
     await watcher.waitForJson(STATE, (s) => s.lease?.token === 1, { from: at, what: "the state with the lease" });

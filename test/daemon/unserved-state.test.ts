@@ -21,13 +21,19 @@ const stateOf = (actuator: string) => `fencegate/${actuator}/state`;
 
 const retained = (topics: string[]) => retainedOn(stack.broker.url, topics);
 
-const withActuators = (ids: readonly string[]) => ({ ...stack.config, actuators: (stack.config.actuators as { id: string }[]).filter((a) => ids.includes(a.id)) });
+const withActuators = (ids: readonly string[]) => ({
+  ...stack.config,
+  actuators: (stack.config.actuators as { id: string }[]).filter((a) => ids.includes(a.id)),
+});
 
 beforeAll(async () => {
   stack = await startStack(teardown, {
     name: "unserved",
     sim: () => ({ units: [1, 2, 3], rate: 0 }),
-    gateway: (sim) => ({ buses: { sim: { type: "tcp", ...sim } }, actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2), valve("valve-3", "sim", 3)] }),
+    gateway: (sim) => ({
+      buses: { sim: { type: "tcp", ...sim } },
+      actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2), valve("valve-3", "sim", 3)],
+    }),
     fenced: ["valve-1", "valve-2", "valve-3"],
   });
   ctl = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
@@ -48,7 +54,9 @@ describe("actuators no gateway serves", () => {
     const watch = teardown.add(await TopicWatcher.connect(stack.broker.url, [stateOf("valve-2")]), (w) => w.close());
     const daemon = teardown.add(DaemonProcess.start(stack.dir, withActuators(["valve-1", "valve-3"])), (d) => stopDaemon(d));
     await daemon.ready(["valve-1", "valve-3"]);
-    const unserved = await watch.waitFor((m) => safeJson(m.payload)?.online === false, { what: "valve-2's state saying nothing serves it" });
+    const unserved = await watch.waitFor((m) => safeJson(m.payload)?.online === false, {
+      what: "valve-2's state saying nothing serves it",
+    });
     expect(safeJson(unserved.payload)).toEqual({
       actuator: "valve-2",
       online: false,
@@ -59,7 +67,8 @@ describe("actuators no gateway serves", () => {
       pointsAgeMs: null,
       gateway: "test",
       safeWrite: null,
-      problem: "no gateway serves this actuator: its journal holds it, and it is not in the configuration of gateway test; requests to it get no reply. Add it to a gateway's configuration to serve it again.",
+      problem:
+        "no gateway serves this actuator: its journal holds it, and it is not in the configuration of gateway test; requests to it get no reply. Add it to a gateway's configuration to serve it again.",
     });
     await stopDaemon(daemon);
   });
@@ -67,22 +76,39 @@ describe("actuators no gateway serves", () => {
   it("an actuator moved to another gateway on the broker keeps that gateway's state", async () => {
     // valve-3 moves to gw-other (its own journal and device); then this gateway starts without it.
     const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-unserved-other-")), (d) => rmSync(d, { recursive: true, force: true }));
-    const sim = teardown.add(await startSimulator({ units: [1], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
-    const other = { ...gatewayConfig({ brokerUrl: stack.broker.url, journalPath: join(dir, "journal.db"), buses: { sim: { type: "tcp", ...sim.tcp! } }, actuators: [valve("valve-3", "sim", 1)] }), gatewayId: "gw-other" };
+    const sim = teardown.add(await startSimulator({ units: [1], rate: 0, profile: "fenced", tcp: { host: "127.0.0.1", port: 0 } }), (s) =>
+      s.close(),
+    );
+    const other = {
+      ...gatewayConfig({
+        brokerUrl: stack.broker.url,
+        journalPath: join(dir, "journal.db"),
+        buses: { sim: { type: "tcp", ...sim.tcp! } },
+        actuators: [valve("valve-3", "sim", 1)],
+      }),
+      gatewayId: "gw-other",
+    };
     const otherDaemon = teardown.add(DaemonProcess.start(dir, other), (d) => stopDaemon(d));
     await otherDaemon.ready(["valve-3"]).catch((err) => {
       throw new Error(`${err}\n${daemonReport(otherDaemon)}`);
     });
 
-    const watch = teardown.add(await TopicWatcher.connect(stack.broker.url, [stateOf("valve-1"), stateOf("valve-2"), stateOf("valve-3")]), (w) => w.close());
+    const watch = teardown.add(
+      await TopicWatcher.connect(stack.broker.url, [stateOf("valve-1"), stateOf("valve-2"), stateOf("valve-3")]),
+      (w) => w.close(),
+    );
     const daemon = teardown.add(DaemonProcess.start(stack.dir, withActuators(["valve-1"])), (d) => stopDaemon(d));
     await daemon.ready(["valve-1"]).catch((err) => {
       throw new Error(`${err}\n${daemonReport(daemon)}`);
     });
-    await watch.waitFor((m) => m.topic === stateOf("valve-2") && safeJson(m.payload)?.online === false && !m.retain, { what: "valve-2's state saying nothing serves it" });
+    await watch.waitFor((m) => m.topic === stateOf("valve-2") && safeJson(m.payload)?.online === false && !m.retain, {
+      what: "valve-2's state saying nothing serves it",
+    });
     // The clean stop's last states come after everything the gateway published before (one connection, in order).
     await stopDaemon(daemon);
-    await watch.waitFor((m) => m.topic === stateOf("valve-1") && safeJson(m.payload)?.online === false && !m.retain, { what: "valve-1's state at the clean stop" });
+    await watch.waitFor((m) => m.topic === stateOf("valve-1") && safeJson(m.payload)?.online === false && !m.retain, {
+      what: "valve-1's state at the clean stop",
+    });
     const fromTest = watch.messages.filter((m) => m.topic === stateOf("valve-3") && safeJson(m.payload)?.gateway === "test" && !m.retain);
     expect(fromTest).toEqual([]);
     expect(safeJson((await retained([stateOf("valve-3")])).get(stateOf("valve-3"))!)).toMatchObject({ online: true, gateway: "gw-other" });

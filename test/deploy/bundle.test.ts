@@ -15,7 +15,8 @@ describe("the build", () => {
     const locales = new Set<string>();
     for (const output of Object.values(metafile.outputs)) {
       for (const [input, { bytesInOutput }] of Object.entries(output.inputs)) {
-        if (bytesInOutput > 0 && input.includes("node_modules/zod/") && input.includes("/locales/")) locales.add(input.replace(/.*\/locales\//, ""));
+        if (bytesInOutput > 0 && input.includes("node_modules/zod/") && input.includes("/locales/"))
+          locales.add(input.replace(/.*\/locales\//, ""));
       }
     }
     expect([...locales]).toEqual(["en.js"]);

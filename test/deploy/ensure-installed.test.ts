@@ -18,7 +18,10 @@ describe("bin/ensure-installed.mjs", () => {
   it("finds the packages node_modules lacks, the workspaces' and their dependencies included", () => {
     const root = join(dir, "clone");
     mkdirSync(join(root, "packages/lib"), { recursive: true });
-    writeFileSync(join(root, "package.json"), JSON.stringify({ workspaces: ["packages/lib"], dependencies: { present: "1" }, devDependencies: { absent: "1" } }));
+    writeFileSync(
+      join(root, "package.json"),
+      JSON.stringify({ workspaces: ["packages/lib"], dependencies: { present: "1" }, devDependencies: { absent: "1" } }),
+    );
     writeFileSync(join(root, "packages/lib/package.json"), JSON.stringify({ name: "lib", dependencies: { "@scope/dep": "1" } }));
     mkdirSync(join(root, "node_modules/present"), { recursive: true });
     writeFileSync(join(root, "node_modules/present/package.json"), "{}");
@@ -30,8 +33,14 @@ describe("bin/ensure-installed.mjs", () => {
     const root = join(dir, "optional");
     mkdirSync(join(root, "tests/runtime"), { recursive: true });
     writeFileSync(join(root, "package.json"), JSON.stringify({ workspaces: ["tests/runtime"] }));
-    writeFileSync(join(root, "tests/runtime/package.json"), JSON.stringify({ name: "runtime", optionalDependencies: { "new-runtime": "npm:runtime@5" } }));
-    writeFileSync(join(root, "package-lock.json"), JSON.stringify({ packages: { "node_modules/new-runtime": { version: "5.0.7", optional: true, engines: { node: ">=22.9" } } } }));
+    writeFileSync(
+      join(root, "tests/runtime/package.json"),
+      JSON.stringify({ name: "runtime", optionalDependencies: { "new-runtime": "npm:runtime@5" } }),
+    );
+    writeFileSync(
+      join(root, "package-lock.json"),
+      JSON.stringify({ packages: { "node_modules/new-runtime": { version: "5.0.7", optional: true, engines: { node: ">=22.9" } } } }),
+    );
     mkdirSync(join(root, "node_modules/runtime"), { recursive: true });
     writeFileSync(join(root, "node_modules/runtime/package.json"), "{}");
     expect(missingPackages(root, "20.20.2")).toEqual([]);
@@ -62,14 +71,23 @@ describe("bin/ensure-installed.mjs", () => {
   // line. So it runs as nobody (uid 65534), who must be able to run this node and read the
   // checkout (not so under /root, for one), as in test/doctor/doctor.test.ts.
   const nobodyCanRun =
-    process.getuid?.() === 0 && spawnSync(process.execPath, ["-e", `require("fs").accessSync(${JSON.stringify(join(ROOT, "bin/ensure-installed.mjs"))}, 4)`], { uid: 65534, gid: 65534 }).status === 0;
+    process.getuid?.() === 0 &&
+    spawnSync(process.execPath, ["-e", `require("fs").accessSync(${JSON.stringify(join(ROOT, "bin/ensure-installed.mjs"))}, 4)`], {
+      uid: 65534,
+      gid: 65534,
+    }).status === 0;
   it.skipIf(!nobodyCanRun)("names the Debian packages the tests need, in one line, when it may not install them", () => {
     const bin = join(dir, "bin");
     mkdirSync(bin);
     chmodSync(dir, 0o755);
     symlinkSync(process.execPath, join(bin, "node"));
     symlinkSync("/bin/sh", join(bin, "sh")); // a PATH with node and sh, none of the tools
-    const run = spawnSync(join(bin, "node"), [join(ROOT, "bin/ensure-installed.mjs"), "--test"], { uid: 65534, gid: 65534, env: { PATH: bin }, encoding: "utf8" });
+    const run = spawnSync(join(bin, "node"), [join(ROOT, "bin/ensure-installed.mjs"), "--test"], {
+      uid: 65534,
+      gid: 65534,
+      env: { PATH: bin },
+      encoding: "utf8",
+    });
     const packages = [...new Set(Object.values(TEST_TOOLS))].join(" ");
     expect({ status: run.status, stdout: run.stdout, stderr: run.stderr }).toEqual({
       status: 1,

@@ -43,7 +43,9 @@ describe("the daemon's node flags", () => {
   it("are in every command the README and docs/deploy.md show for starting the daemon", () => {
     const lines = ["README.md", "docs/deploy.md"].flatMap((file) => read(file).split("\n"));
     // Inline code or a shell line: from the word node to the script.
-    const commands = lines.map((line) => /(?:^|[\s`])(node\s.*bin\/fencegate\.mjs (?:daemon|start))\b/.exec(line)?.[1]).filter((c) => c !== undefined);
+    const commands = lines
+      .map((line) => /(?:^|[\s`])(node\s.*bin\/fencegate\.mjs (?:daemon|start))\b/.exec(line)?.[1])
+      .filter((c) => c !== undefined);
     expect(commands.length).toBeGreaterThanOrEqual(2);
     for (const command of commands) expect(nodeFlags(command), command).toEqual(NODE_FLAGS);
   });

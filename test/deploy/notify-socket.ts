@@ -43,7 +43,13 @@ export async function openNotifySocket(dir: string): Promise<NotifySocket> {
         const line = buffer.slice(0, nl);
         buffer = buffer.slice(nl + 1);
         if (line === "ready") resolve();
-        else messages.push(Buffer.from(line, "hex").toString("utf8").split("\n").filter((l) => l !== ""));
+        else
+          messages.push(
+            Buffer.from(line, "hex")
+              .toString("utf8")
+              .split("\n")
+              .filter((l) => l !== ""),
+          );
         for (const l of listeners) l();
       }
     });

@@ -50,7 +50,17 @@ describe("config/fencegate.service", () => {
 
   it("runs as fencegate in dialout, notifies with a watchdog, and keeps the journal in its state directory", () => {
     const text = readFileSync(UNIT, "utf8");
-    for (const line of ["User=fencegate", "SupplementaryGroups=dialout", "Type=notify", "NotifyAccess=all", "StateDirectory=fencegate", "ProtectSystem=strict", "CapabilityBoundingSet=", "NoNewPrivileges=yes", "Restart=always"]) {
+    for (const line of [
+      "User=fencegate",
+      "SupplementaryGroups=dialout",
+      "Type=notify",
+      "NotifyAccess=all",
+      "StateDirectory=fencegate",
+      "ProtectSystem=strict",
+      "CapabilityBoundingSet=",
+      "NoNewPrivileges=yes",
+      "Restart=always",
+    ]) {
       expect(text.split("\n")).toContain(line);
     }
     expect(text).toMatch(/^WatchdogSec=\d+s$/m);
@@ -76,7 +86,10 @@ describe("pings through systemd-notify", () => {
   });
 
   it("stop while the health check reports a problem and resume when it clears", async () => {
-    const notifier = SystemdNotifier.fromEnvironment({ log: pino({ level: "silent" }), env: { NOTIFY_SOCKET: socket.path, WATCHDOG_USEC: "150000" } })!;
+    const notifier = SystemdNotifier.fromEnvironment({
+      log: pino({ level: "silent" }),
+      env: { NOTIFY_SOCKET: socket.path, WATCHDOG_USEC: "150000" },
+    })!;
     let problem: string | null = "the journal failed";
     expect(notifier.startWatchdog(() => problem)).toBe(true);
     try {
@@ -97,7 +110,12 @@ describe("the notifier's relay", () => {
     const failing = join(mkdtempSync(join(dir, "f-")), "systemd-notify");
     writeFileSync(failing, '#!/bin/sh\n[ "$1" = "WATCHDOG=1" ] && exit 0\necho "refused: $*" >&2\nexit 1\n', { mode: 0o755 });
     const notifier = SystemdNotifier.fromEnvironment({ log, env: { NOTIFY_SOCKET: "/nonexistent" }, command: failing })!;
-    const answers = await Promise.all([notifier.send(["WATCHDOG=1"]), notifier.send(["READY=1", "STATUS=serving 2 actuator(s)"]), notifier.send(["WATCHDOG=1"]), notifier.send(["STOPPING=1"])]);
+    const answers = await Promise.all([
+      notifier.send(["WATCHDOG=1"]),
+      notifier.send(["READY=1", "STATUS=serving 2 actuator(s)"]),
+      notifier.send(["WATCHDOG=1"]),
+      notifier.send(["STOPPING=1"]),
+    ]);
     expect(answers).toEqual([true, false, true, false]);
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatchObject({ err: expect.stringContaining("refused: READY=1 STATUS=serving 2 actuator(s)") });

@@ -67,7 +67,11 @@ function failures(findings: Finding[]): Finding[] {
 
 /** The CLI as a separate process; as `uid` when given (root only). */
 function doctorCli(args: string[], uid?: number) {
-  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "doctor", ...args], { encoding: "utf8", timeout: 60_000, ...(uid === undefined ? {} : { uid, gid: uid }) });
+  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "doctor", ...args], {
+    encoding: "utf8",
+    timeout: 60_000,
+    ...(uid === undefined ? {} : { uid, gid: uid }),
+  });
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
@@ -80,7 +84,14 @@ describe("a good setup", () => {
     expect({ code: run.code, ok: report.ok }).toEqual({ code: 0, ok: true });
     const statuses = Object.fromEntries(report.findings.map((f) => [f.check, f.status]));
     // Node 20 passes with a warning (end of life); 22 and 24 pass.
-    expect(statuses).toMatchObject({ node: process.versions.node.startsWith("20.") ? "warn" : "ok", config: "ok", "serial rs485": "ok", broker: "ok", "broker acl": "ok", clock: "ok" });
+    expect(statuses).toMatchObject({
+      node: process.versions.node.startsWith("20.") ? "warn" : "ok",
+      config: "ok",
+      "serial rs485": "ok",
+      broker: "ok",
+      "broker acl": "ok",
+      clock: "ok",
+    });
     expect(["ok", "warn"]).toContain(statuses["journal dir"]); // warn: a slow disk on this machine
     const dirFinding = only(report.findings, "journal dir")[0]!;
     expect(dirFinding.details).toMatchObject({ fsyncMedianMs: expect.any(Number), fsyncMaxMs: expect.any(Number) });
@@ -101,7 +112,9 @@ describe("a good setup", () => {
     journal.close();
     const before = { bytes: readFileSync(journalPath), mtimeMs: statSync(journalPath).mtimeMs };
     const findings = await runDoctor(config);
-    expect(only(findings, "journal")).toEqual([expect.objectContaining({ status: "ok", message: expect.stringContaining("loads: 0 actuator(s) on record") })]);
+    expect(only(findings, "journal")).toEqual([
+      expect.objectContaining({ status: "ok", message: expect.stringContaining("loads: 0 actuator(s) on record") }),
+    ]);
     expect({ bytes: readFileSync(journalPath), mtimeMs: statSync(journalPath).mtimeMs }).toEqual(before);
   });
 });
@@ -113,7 +126,8 @@ describe("a broken setup", () => {
     const live = openSqliteJournal({ path: `${journalPath}.live`, recentLimit: 8 });
     live.load();
     for (let token = 1; token <= 5; token++) live.commit([{ actuator: "valve-1", record: { type: "granted", holder: "line-a", token } }]);
-    for (const suffix of ["", "-wal", "-mark"]) if (!lose.includes(suffix)) copyFileSync(`${journalPath}.live${suffix}`, journalPath + suffix);
+    for (const suffix of ["", "-wal", "-mark"])
+      if (!lose.includes(suffix)) copyFileSync(`${journalPath}.live${suffix}`, journalPath + suffix);
     live.close();
     return journalPath;
   }
@@ -122,7 +136,11 @@ describe("a broken setup", () => {
     const config = writeConfig();
     crashedJournal(config, ["-wal"]);
     expect(only(await runDoctor(config), "journal")).toEqual([
-      expect.objectContaining({ status: "fail", message: expect.stringMatching(/state\/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open/), fix: expect.stringContaining("fencegate journal recover --config") }),
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringMatching(/state\/journal\.db-wal is missing, but .*journal\.db-mark says the journal was open/),
+        fix: expect.stringContaining("fencegate journal recover --config"),
+      }),
     ]);
   });
 
@@ -130,35 +148,56 @@ describe("a broken setup", () => {
     const config = writeConfig();
     crashedJournal(config, ["", "-wal"]);
     expect(only(await runDoctor(config), "journal")).toEqual([
-      expect.objectContaining({ status: "fail", message: expect.stringMatching(/journal\.db is missing, but .*journal\.db-mark says a journal was kept here/), fix: expect.stringContaining("fencegate journal recover") }),
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringMatching(/journal\.db is missing, but .*journal\.db-mark says a journal was kept here/),
+        fix: expect.stringContaining("fencegate journal recover"),
+      }),
     ]);
   });
 
   it("two buses on one Modbus TCP endpoint, an actuator on unit 1 of each (finding 5): refused, both named", async () => {
-    const findings = await runDoctor(writeConfig((c) => {
-      c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
-      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
-    }));
+    const findings = await runDoctor(
+      writeConfig((c) => {
+        c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+        c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+      }),
+    );
     expect(failures(findings)).toEqual([
-      expect.objectContaining({ check: "config", message: expect.stringMatching(/^actuators\[1\]\.unit \(line \d+\): Unit 1 at 127\.0\.0\.1:15121 is already actuators\[0\] \(bus "a"\): buses "a" and "b" reach the same device there/) }),
+      expect.objectContaining({
+        check: "config",
+        message: expect.stringMatching(
+          /^actuators\[1\]\.unit \(line \d+\): Unit 1 at 127\.0\.0\.1:15121 is already actuators\[0\] \(bus "a"\): buses "a" and "b" reach the same device there/,
+        ),
+      }),
     ]);
   });
 
   it("two buses whose hosts are names for one address, an actuator on unit 1 of each", async () => {
-    const findings = await runDoctor(writeConfig((c) => {
-      c.buses = { a: { type: "tcp", host: "localhost", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
-      c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
-    }));
+    const findings = await runDoctor(
+      writeConfig((c) => {
+        c.buses = { a: { type: "tcp", host: "localhost", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
+        c.actuators = [valve("valve-1", "a", 1, "plain"), valve("valve-2", "b", 1, "plain")];
+      }),
+    );
     expect(only(findings, "buses")).toEqual([
-      expect.objectContaining({ status: "fail", message: expect.stringMatching(/^actuators\[1\] \(valve-2, bus "b"\) and actuators\[0\] \(valve-1, bus "a"\) are both unit 1 at 127\.0\.0\.1:15121/) }),
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringMatching(
+          /^actuators\[1\] \(valve-2, bus "b"\) and actuators\[0\] \(valve-1, bus "a"\) are both unit 1 at 127\.0\.0\.1:15121/,
+        ),
+      }),
     ]);
   });
 
   it("a bad configuration: every problem with its line, and no machine checks", () => {
-    const run = doctorCli(["--config", writeConfig((c) => {
-      c.buses.rs485.baudRate = 19201;
-      c.actuators[0].bus = "rs458";
-    })]);
+    const run = doctorCli([
+      "--config",
+      writeConfig((c) => {
+        c.buses.rs485.baudRate = 19201;
+        c.actuators[0].bus = "rs458";
+      }),
+    ]);
     expect(run.code).toBe(1);
     expect(run.stdout).toMatch(/FAIL {2}config +buses\.rs485\.baudRate \(line \d+\): Must be one of the standard rates/);
     expect(run.stdout).toMatch(/actuators\[0\]\.bus \(line \d+\): No bus named "rs458" under buses \(did you mean "rs485"\?\)/);
@@ -168,7 +207,11 @@ describe("a broken setup", () => {
   it("a missing serial device", async () => {
     const findings = await runDoctor(writeConfig((c) => (c.buses.rs485.path = "/dev/ttyUSB97")));
     expect(only(findings, "serial rs485")).toEqual([
-      expect.objectContaining({ status: "fail", message: "/dev/ttyUSB97 does not exist (ENOENT).", fix: expect.stringContaining("Plug in the RS-485 adapter") }),
+      expect.objectContaining({
+        status: "fail",
+        message: "/dev/ttyUSB97 does not exist (ENOENT).",
+        fix: expect.stringContaining("Plug in the RS-485 adapter"),
+      }),
     ]);
   });
 
@@ -198,37 +241,62 @@ describe("a broken setup", () => {
   it("a broker nobody listens for", async () => {
     const port = await freePort();
     const findings = await runDoctor(writeConfig((c) => (c.mqtt.url = `mqtt://127.0.0.1:${port}`)));
-    expect(only(findings, "broker")).toEqual([expect.objectContaining({ status: "fail", message: `Nothing accepts connections at 127.0.0.1:${port} (connection refused).` })]);
+    expect(only(findings, "broker")).toEqual([
+      expect.objectContaining({ status: "fail", message: `Nothing accepts connections at 127.0.0.1:${port} (connection refused).` }),
+    ]);
   });
 
   it("a broker host name that does not resolve", async () => {
     const findings = await runDoctor(writeConfig((c) => (c.mqtt.url = "mqtt://broker.fencegate.invalid:1883")));
-    expect(only(findings, "broker")[0]!.message).toMatch(/^The broker's host name broker\.fencegate\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\)\.$/);
+    expect(only(findings, "broker")[0]!.message).toMatch(
+      /^The broker's host name broker\.fencegate\.invalid does not resolve \((ENOTFOUND|EAI_AGAIN)\)\.$/,
+    );
   });
 
   it("the wrong password, against Mosquitto's password file", async () => {
     const findings = await runDoctor(writeConfig((c) => (c.mqtt.password = "wrong-password")));
     expect(only(findings, "broker")).toEqual([
-      expect.objectContaining({ status: "fail", message: expect.stringMatching(/^The broker refused user gw-test: a wrong password, an unknown user or a user it does not allow \(MQTT reason (134|135)\)\.$/), fix: expect.stringContaining("mosquitto_passwd") }),
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringMatching(
+          /^The broker refused user gw-test: a wrong password, an unknown user or a user it does not allow \(MQTT reason (134|135)\)\.$/,
+        ),
+        fix: expect.stringContaining("mosquitto_passwd"),
+      }),
     ]);
   });
 
   it("no credentials where the broker wants them", async () => {
     const findings = await runDoctor(writeConfig((c) => (c.mqtt = { url: broker.url })));
-    expect(only(findings, "broker")[0]).toMatchObject({ status: "fail", message: expect.stringMatching(/^The broker wants credentials and none were given \(MQTT reason 135\)\.$/) });
+    expect(only(findings, "broker")[0]).toMatchObject({
+      status: "fail",
+      message: expect.stringMatching(/^The broker wants credentials and none were given \(MQTT reason 135\)\.$/),
+    });
   });
 
   it("a damaged journal file", async () => {
     const config = writeConfig();
-    writeFileSync(join(config, "..", "state", "journal.db"), "not a database, just text that is long enough to be read as a header ".repeat(20));
+    writeFileSync(
+      join(config, "..", "state", "journal.db"),
+      "not a database, just text that is long enough to be read as a header ".repeat(20),
+    );
     const findings = await runDoctor(config);
-    expect(only(findings, "journal")).toEqual([expect.objectContaining({ status: "fail", message: expect.stringContaining("JOURNAL_UNREADABLE"), fix: expect.stringMatching(/restore the journal from a backup .* then run `fencegate journal recover/) })]);
+    expect(only(findings, "journal")).toEqual([
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringContaining("JOURNAL_UNREADABLE"),
+        fix: expect.stringMatching(/restore the journal from a backup .* then run `fencegate journal recover/),
+      }),
+    ]);
   });
 
   // Root writes anywhere: as root, this case runs the doctor as nobody (uid 65534), which
   // needs to be able to read the checkout (not so under /root, for one).
   const asRoot = process.getuid?.() === 0;
-  const nobodyCanRun = !asRoot || spawnSync(process.execPath, ["-e", `require("fs").accessSync(${JSON.stringify(FENCEGATE_BIN)}, 4)`], { uid: 65534, gid: 65534 }).status === 0;
+  const nobodyCanRun =
+    !asRoot ||
+    spawnSync(process.execPath, ["-e", `require("fs").accessSync(${JSON.stringify(FENCEGATE_BIN)}, 4)`], { uid: 65534, gid: 65534 })
+      .status === 0;
   it.skipIf(!nobodyCanRun)("a journal directory the service user cannot write", () => {
     const config = writeConfig();
     const state = join(config, "..", "state");
@@ -236,10 +304,19 @@ describe("a broken setup", () => {
     const run = doctorCli(["--config", config, "--json"], asRoot ? 65534 : undefined);
     expect(run.code).toBe(1);
     const findings = (JSON.parse(run.stdout) as { findings: Finding[] }).findings;
-    expect(only(findings, "journal dir")).toEqual([expect.objectContaining({ status: "fail", message: expect.stringMatching(/state is not writable by \S+: the journal and its -wal file live there\.$/) })]);
+    expect(only(findings, "journal dir")).toEqual([
+      expect.objectContaining({
+        status: "fail",
+        message: expect.stringMatching(/state is not writable by \S+: the journal and its -wal file live there\.$/),
+      }),
+    ]);
     if (asRoot) {
       // The pty belongs to root with mode 0620: nobody may not use it, and doctor says so.
-      expect(only(findings, "serial rs485")[0]).toMatchObject({ status: "fail", message: expect.stringContaining("is not readable and writable by nobody"), fix: expect.stringMatching(/usermod -aG \w+ fencegate|udev rule/) });
+      expect(only(findings, "serial rs485")[0]).toMatchObject({
+        status: "fail",
+        message: expect.stringContaining("is not readable and writable by nobody"),
+        fix: expect.stringMatching(/usermod -aG \w+ fencegate|udev rule/),
+      });
     }
   });
 });
@@ -250,12 +327,20 @@ describe("a Modbus TCP bus", () => {
     await once(server, "listening");
     const closed = await freePort();
     try {
-      const findings = await runDoctor(writeConfig((c) => {
-        c.buses = { plc: { type: "tcp", host: "127.0.0.1", port: (server.address() as net.AddressInfo).port }, dead: { type: "tcp", host: "127.0.0.1", port: closed } };
-        c.actuators = [valve("valve-1", "plc", 1), valve("valve-2", "dead", 1)];
-      }));
+      const findings = await runDoctor(
+        writeConfig((c) => {
+          c.buses = {
+            plc: { type: "tcp", host: "127.0.0.1", port: (server.address() as net.AddressInfo).port },
+            dead: { type: "tcp", host: "127.0.0.1", port: closed },
+          };
+          c.actuators = [valve("valve-1", "plc", 1), valve("valve-2", "dead", 1)];
+        }),
+      );
       expect(only(findings, "modbus-tcp plc")[0]).toMatchObject({ status: "ok" });
-      expect(only(findings, "modbus-tcp dead")[0]).toMatchObject({ status: "fail", message: `Cannot connect to 127.0.0.1:${closed}: ECONNREFUSED.` });
+      expect(only(findings, "modbus-tcp dead")[0]).toMatchObject({
+        status: "fail",
+        message: `Cannot connect to 127.0.0.1:${closed}: ECONNREFUSED.`,
+      });
     } finally {
       server.close();
     }
@@ -266,12 +351,18 @@ describe("fenced devices (issue 18 item 6)", () => {
   it("a fenced actuator pointed at a generic Modbus TCP device: a failure that says what the device reported, after reads only", async () => {
     const slave = await MisbehavingSlave.tcp();
     try {
-      const findings = await runDoctor(writeConfig((c) => {
-        c.buses = { plc: { type: "tcp", host: "127.0.0.1", port: slave.address!.port } };
-        c.actuators = [valve("valve-1", "plc", 1)];
-      }));
+      const findings = await runDoctor(
+        writeConfig((c) => {
+          c.buses = { plc: { type: "tcp", host: "127.0.0.1", port: slave.address!.port } };
+          c.actuators = [valve("valve-1", "plc", 1)];
+        }),
+      );
       expect(only(findings, "device valve-1")).toEqual([
-        expect.objectContaining({ status: "fail", message: expect.stringMatching(/register 0 reads 0x0000, not the fencegate magic 0x4647/), fix: expect.stringMatching(/profile: plain/) }),
+        expect.objectContaining({
+          status: "fail",
+          message: expect.stringMatching(/register 0 reads 0x0000, not the fencegate magic 0x4647/),
+          fix: expect.stringMatching(/profile: plain/),
+        }),
       ]);
       expect(slave.requests.filter((r) => r.fc !== 3)).toEqual([]);
     } finally {
@@ -285,7 +376,9 @@ describe("fenced devices (issue 18 item 6)", () => {
       slave.set(0, fencedIdentity(1));
       slave.set(0x10, [0, 0, 0, 7]);
       const findings = await runDoctor(writeConfig());
-      expect(only(findings, "device valve-1")).toEqual([expect.objectContaining({ status: "ok", message: expect.stringMatching(/fence is at token 7/) })]);
+      expect(only(findings, "device valve-1")).toEqual([
+        expect.objectContaining({ status: "ok", message: expect.stringMatching(/fence is at token 7/) }),
+      ]);
     } finally {
       await slave.close();
     }
@@ -293,20 +386,35 @@ describe("fenced devices (issue 18 item 6)", () => {
 
   it("a fenced device that does not answer: a warning, not a failure", async () => {
     const findings = await runDoctor(writeConfig());
-    expect(only(findings, "device valve-1")).toEqual([expect.objectContaining({ status: "warn", message: expect.stringMatching(/no usable answer/) })]);
+    expect(only(findings, "device valve-1")).toEqual([
+      expect.objectContaining({ status: "warn", message: expect.stringMatching(/no usable answer/) }),
+    ]);
   });
 });
 
 describe("the metrics listener (issue 18 item 9)", () => {
   it("beyond loopback, chosen explicitly: a warning that it answers anyone, without authentication", async () => {
     // The status page (issue 15) needs credentials beyond loopback: off, as the premise is "no authentication".
-    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true, statusPage: { enabled: false } })));
-    expect(only(findings, "metrics")).toEqual([expect.objectContaining({ status: "warn", message: expect.stringMatching(/0\.0\.0\.0:9464.*without authentication/) })]);
+    const findings = await runDoctor(
+      writeConfig(
+        (c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true, statusPage: { enabled: false } }),
+      ),
+    );
+    expect(only(findings, "metrics")).toEqual([
+      expect.objectContaining({ status: "warn", message: expect.stringMatching(/0\.0\.0\.0:9464.*without authentication/) }),
+    ]);
   });
 
   it("beyond loopback with credentials: says they travel in clear over plain HTTP", async () => {
-    const findings = await runDoctor(writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, auth: { token: "0123456789abcdef-token" } })));
-    expect(only(findings, "metrics")).toEqual([expect.objectContaining({ status: "info", message: expect.stringMatching(/ask for the credentials of metrics.auth, which travel in clear/) })]);
+    const findings = await runDoctor(
+      writeConfig((c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, auth: { token: "0123456789abcdef-token" } })),
+    );
+    expect(only(findings, "metrics")).toEqual([
+      expect.objectContaining({
+        status: "info",
+        message: expect.stringMatching(/ask for the credentials of metrics.auth, which travel in clear/),
+      }),
+    ]);
   });
 
   it("on loopback: nothing to say", async () => {

@@ -42,13 +42,11 @@ function streamFor(request: Buffer, other: Buffer): fc.Arbitrary<Buffer> {
     fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }).map((d) => answerTo(other, d)),
     fc.integer({ min: 1, max: 255 }).map((c) => exceptionTo(other, c)),
     // A valid answer with one bit flipped: the CRC catches every single-bit error.
-    fc
-      .tuple(fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }), fc.nat(), fc.integer({ min: 0, max: 7 }))
-      .map(([d, at, bit]) => {
-        const a = Buffer.from(answerTo(request, d));
-        a[at % a.length]! ^= 1 << bit;
-        return a;
-      }),
+    fc.tuple(fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }), fc.nat(), fc.integer({ min: 0, max: 7 })).map(([d, at, bit]) => {
+      const a = Buffer.from(answerTo(request, d));
+      a[at % a.length]! ^= 1 << bit;
+      return a;
+    }),
     // Truncated.
     fc.tuple(fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }), fc.nat()).map(([d, cut]) => {
       const a = answerTo(request, d);
@@ -136,16 +134,21 @@ describe("the gateway's RTU reply framing under fuzzing", () => {
     "RtuPort: bytes with no request outstanding are never an answer",
     () => {
       fc.assert(
-        fc.property(requestArb, fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }), fc.uint8Array({ maxLength: 40 }), (request, data, noise) => {
-          const port = new RtuPort({ path: "/dev/null", baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
-          const taken: Buffer[] = [];
-          port.on("data", (f: Buffer) => taken.push(f));
-          port.onData(answerTo(request, data)); // before any request
-          port.write(request);
-          port.discardInput(); // timed out
-          port.onData(Buffer.concat([Buffer.from(noise), answerTo(request, data)]));
-          expect(taken).toEqual([]);
-        }),
+        fc.property(
+          requestArb,
+          fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 8 }),
+          fc.uint8Array({ maxLength: 40 }),
+          (request, data, noise) => {
+            const port = new RtuPort({ path: "/dev/null", baudRate: 115200, parity: "even", stopBits: 1, dataBits: 8 });
+            const taken: Buffer[] = [];
+            port.on("data", (f: Buffer) => taken.push(f));
+            port.onData(answerTo(request, data)); // before any request
+            port.write(request);
+            port.discardInput(); // timed out
+            port.onData(Buffer.concat([Buffer.from(noise), answerTo(request, data)]));
+            expect(taken).toEqual([]);
+          },
+        ),
         runs(),
       );
     },

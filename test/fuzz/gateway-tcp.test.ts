@@ -36,7 +36,10 @@ function portAfter(request: Buffer) {
 
 /** Whether `frame` (RTU form, as passed up) is a fitting answer to `request`. */
 function fits(request: Buffer, frame: Buffer): boolean {
-  return misfit(expectationFor(request)!, frame[0]!, frame.subarray(1, frame.length - 2)) === null && withCrc(frame.subarray(0, frame.length - 2)).equals(frame);
+  return (
+    misfit(expectationFor(request)!, frame[0]!, frame.subarray(1, frame.length - 2)) === null &&
+    withCrc(frame.subarray(0, frame.length - 2)).equals(frame)
+  );
 }
 
 /** Whether `bytes` hold a header of transaction 1 (protocol 0) anywhere: only such bytes can be taken. */
@@ -104,7 +107,8 @@ describe("the gateway's Modbus TCP answer framing under fuzzing", () => {
           port.onData(adu(1, spoiled));
           expect(verdicts).toHaveLength(1);
           const wrong = misfit(expectationFor(request)!, spoiled[0]!, spoiled.subarray(1, spoiled.length - 2));
-          if (wrong === null) expect(verdicts[0]).toEqual(spoiled); // only the data changed: still an answer
+          if (wrong === null)
+            expect(verdicts[0]).toEqual(spoiled); // only the data changed: still an answer
           else expect(verdicts[0]).toMatchObject({ name: "MalformedAnswerError", message: wrong });
         }),
         runs(),

@@ -18,7 +18,14 @@ export const requestArb = fc
     if (r.fc === 5 || r.fc === 6) body = [r.unit, r.fc, ...u16(r.addr), ...u16(r.value)];
     else if (r.fc === 15 || r.fc === 16) {
       const bytes = r.fc === 16 ? 2 * r.quantity : Math.ceil(r.quantity / 8);
-      body = [r.unit, r.fc, ...u16(r.addr), ...u16(r.quantity), bytes, ...Array.from({ length: bytes }, (_, i) => (i * 37 + r.value) & 0xff)];
+      body = [
+        r.unit,
+        r.fc,
+        ...u16(r.addr),
+        ...u16(r.quantity),
+        bytes,
+        ...Array.from({ length: bytes }, (_, i) => (i * 37 + r.value) & 0xff),
+      ];
     } else body = [r.unit, r.fc, ...u16(r.addr), ...u16(r.quantity)];
     return withCrc(Buffer.from(body));
   });
@@ -43,4 +50,3 @@ export const chunked = (bytes: Buffer) =>
     const points = [0, ...cuts.filter((c) => c < bytes.length).sort((a, b) => a - b), bytes.length];
     return points.slice(1).map((end, i) => bytes.subarray(points[i]!, end));
   });
-

@@ -43,19 +43,50 @@ type Valid = { verb: RequestVerb; body: Body };
 const validArb: fc.Arbitrary<Valid> = fc.constantFrom(...REQUEST_VERBS).chain((verb): fc.Arbitrary<Valid> => {
   switch (verb) {
     case "lease/acquire":
-      return fc.tuple(idArb, holderArb, intIn("ttlMs")).map(([id, holder, ttlMs]) => ({ verb, body: [["id", id], ["holder", holder], ["ttlMs", ttlMs]] as Body }));
+      return fc.tuple(idArb, holderArb, intIn("ttlMs")).map(([id, holder, ttlMs]) => ({
+        verb,
+        body: [
+          ["id", id],
+          ["holder", holder],
+          ["ttlMs", ttlMs],
+        ] as Body,
+      }));
     case "lease/renew":
     case "lease/release":
-      return fc.tuple(idArb, holderArb, intIn("token")).map(([id, holder, token]) => ({ verb, body: [["id", id], ["holder", holder], ["token", token]] as Body }));
+      return fc.tuple(idArb, holderArb, intIn("token")).map(([id, holder, token]) => ({
+        verb,
+        body: [
+          ["id", id],
+          ["holder", holder],
+          ["token", token],
+        ] as Body,
+      }));
     case "command":
       return fc
-        .tuple(idArb, holderArb, intIn("token"), intIn("seq"), fc.dictionary(pointArb, fc.double({ noNaN: true, noDefaultInfinity: true, min: -1e6, max: 1e6 }), { minKeys: 1, maxKeys: 4 }), fc.option(intIn("deadlineMs"), { nil: undefined }))
+        .tuple(
+          idArb,
+          holderArb,
+          intIn("token"),
+          intIn("seq"),
+          fc.dictionary(pointArb, fc.double({ noNaN: true, noDefaultInfinity: true, min: -1e6, max: 1e6 }), { minKeys: 1, maxKeys: 4 }),
+          fc.option(intIn("deadlineMs"), { nil: undefined }),
+        )
         .map(([id, holder, token, seq, set, deadlineMs]) => ({
           verb,
-          body: [["id", id], ["holder", holder], ["token", token], ["seq", seq], ["set", set], ...(deadlineMs !== undefined ? [["deadlineMs", deadlineMs] as [string, unknown]] : [])] as Body,
+          body: [
+            ["id", id],
+            ["holder", holder],
+            ["token", token],
+            ["seq", seq],
+            ["set", set],
+            ...(deadlineMs !== undefined ? [["deadlineMs", deadlineMs] as [string, unknown]] : []),
+          ] as Body,
         }));
     case "read":
-      return fc.tuple(idArb, fc.option(holderArb, { nil: undefined })).map(([id, holder]) => ({ verb, body: [["id", id], ...(holder !== undefined ? [["holder", holder] as [string, unknown]] : [])] as Body }));
+      return fc.tuple(idArb, fc.option(holderArb, { nil: undefined })).map(([id, holder]) => ({
+        verb,
+        body: [["id", id], ...(holder !== undefined ? [["holder", holder] as [string, unknown]] : [])] as Body,
+      }));
   }
 });
 
@@ -70,24 +101,71 @@ function badInteger(f: string): fc.Arbitrary<string> {
   const [lo, hi] = INTEGER_FIELDS[f]!;
   return fc.oneof(
     fc.integer({ min: lo, max: Math.min(hi, lo + 1000) }).map((n) => [`"${n}"`, `${n}.0`, `${n}e0`, `${n}.5`, `${n * 10}E-1`][n % 5]!),
-    fc.constantFrom("null", "true", "false", "[]", "{}", `[${lo}]`, `{"v":${lo}}`, "1e999", "-1e999", `${hi}0`, "9007199254740992", "18446744073709551616"),
+    fc.constantFrom(
+      "null",
+      "true",
+      "false",
+      "[]",
+      "{}",
+      `[${lo}]`,
+      `{"v":${lo}}`,
+      "1e999",
+      "-1e999",
+      `${hi}0`,
+      "9007199254740992",
+      "18446744073709551616",
+    ),
     fc.integer({ min: -1_000_000, max: lo - 1 }).map(String),
     ...(hi < MAX ? [fc.integer({ min: hi + 1, max: hi + 1_000_000 }).map(String)] : []),
-    fc.double({ noNaN: true, noDefaultInfinity: true }).filter((d) => !Number.isInteger(d)).map((d) => JSON.stringify(d)),
+    fc
+      .double({ noNaN: true, noDefaultInfinity: true })
+      .filter((d) => !Number.isInteger(d))
+      .map((d) => JSON.stringify(d)),
   );
 }
 
 /** A `set` (JSON text) that breaks the contract. */
 const badSet = fc.oneof(
-  fc.constantFrom("{}", "[]", "null", "1", '"position"', '{"position":"1"}', '{"position":null}', '{"position":true}', '{"position":[1]}', '{"position":{}}', '{"position":1e999}', '{"":1}', '{"a b":1}', '{"__proto__":1}', '{"constructor":1}', '{"toString":1}'),
-  fc.string({ minLength: 1, maxLength: 10 }).filter((k) => !/^[A-Za-z0-9_.-]{1,64}$/.test(k)).map((k) => `{${JSON.stringify(k)}:1}`),
+  fc.constantFrom(
+    "{}",
+    "[]",
+    "null",
+    "1",
+    '"position"',
+    '{"position":"1"}',
+    '{"position":null}',
+    '{"position":true}',
+    '{"position":[1]}',
+    '{"position":{}}',
+    '{"position":1e999}',
+    '{"":1}',
+    '{"a b":1}',
+    '{"__proto__":1}',
+    '{"constructor":1}',
+    '{"toString":1}',
+  ),
+  fc
+    .string({ minLength: 1, maxLength: 10 })
+    .filter((k) => !/^[A-Za-z0-9_.-]{1,64}$/.test(k))
+    .map((k) => `{${JSON.stringify(k)}:1}`),
   fc.stringMatching(/^[A-Za-z0-9_.-]{65,70}$/).map((k) => `{${JSON.stringify(k)}:1}`),
   fc.integer({ min: 65, max: 80 }).map((n) => JSON.stringify(Object.fromEntries(Array.from({ length: n }, (_, i) => [`p${i}`, i])))),
 );
 
 /** A near miss of a field's name: what a hand-written controller gets wrong. */
 const nearMiss = (k: string) =>
-  fc.constantFrom(k.toUpperCase(), k[0]!.toUpperCase() + k.slice(1), `${k} `, ` ${k}`, `${k}\u200b`, `${k}s`, k.slice(0, -1), k.replace(/M/, "_m")).filter((m) => m !== k);
+  fc
+    .constantFrom(
+      k.toUpperCase(),
+      k[0]!.toUpperCase() + k.slice(1),
+      `${k} `,
+      ` ${k}`,
+      `${k}\u200b`,
+      `${k}s`,
+      k.slice(0, -1),
+      k.replace(/M/, "_m"),
+    )
+    .filter((m) => m !== k);
 
 interface Breaking {
   readonly verb: RequestVerb;
@@ -112,7 +190,10 @@ const breakingArb: fc.Arbitrary<Breaking> = validArb
     const done = (t: string, h: string = how): Breaking => ({ verb, id, text: t, field, how: h });
     if (how === "missing" && !optional) return fc.constant(done(text(entries.filter(([k]) => k !== field))));
     if (how === "twice") return fc.constant(done(text([...entries, [field, entries[at]![1]]])));
-    if (how === "renamed") return nearMiss(field).map((m) => done(text(entries.map(([k, v], i) => (i === at ? [m, v] : [k, v]))), `renamed to ${JSON.stringify(m)}`));
+    if (how === "renamed")
+      return nearMiss(field).map((m) =>
+        done(text(entries.map(([k, v], i) => (i === at ? [m, v] : [k, v]))), `renamed to ${JSON.stringify(m)}`),
+      );
     const bad = field === "set" ? badSet : badInteger(field);
     return bad.map((v) => done(text(entries.map(([k, old], i) => (i === at ? [k, v] : [k, old]))), `value ${v.slice(0, 40)}`));
   });
@@ -134,7 +215,8 @@ function satisfiesContract(verb: RequestVerb, payload: Uint8Array): string | nul
   };
   for (const k of Object.keys(obj)) if (!allowed[verb].includes(k)) return `accepted unknown field ${k}`;
   if (typeof obj.id !== "string" || !/^[\x20-\x7e]{1,128}$/.test(obj.id)) return "accepted a bad id";
-  if (verb !== "read" || "holder" in obj) if (typeof obj.holder !== "string" || !/^[A-Za-z0-9._:-]{1,128}$/.test(obj.holder)) return "accepted a bad holder";
+  if (verb !== "read" || "holder" in obj)
+    if (typeof obj.holder !== "string" || !/^[A-Za-z0-9._:-]{1,128}$/.test(obj.holder)) return "accepted a bad holder";
   for (const [f, [lo, hi]] of Object.entries(INTEGER_FIELDS)) {
     if (!(f in obj)) continue;
     const v = obj[f];
@@ -177,16 +259,29 @@ describe("near-valid requests under fuzzing", () => {
     "whitespace, key order and \\u escapes change nothing",
     () => {
       const escape = (s: string, mask: number) =>
-        [...s].map((ch, i) => ((mask >> i % 30) & 1 ? `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}` : JSON.stringify(ch).slice(1, -1))).join("");
+        [...s]
+          .map((ch, i) =>
+            (mask >> (i % 30)) & 1 ? `\\u${ch.charCodeAt(0).toString(16).padStart(4, "0")}` : JSON.stringify(ch).slice(1, -1),
+          )
+          .join("");
       fc.assert(
-        fc.property(validArb, fc.constantFrom("", " ", "\t", "\n", "\r\n ", "  \t"), fc.integer({ min: 0, max: 2 ** 30 - 1 }), fc.func(fc.integer()), ({ verb, body }, ws, mask, order) => {
-          const original = parse(verb, text(raw(body)));
-          expect(original.kind).toBe("request");
-          const shuffled = [...raw(body)].sort((a, b) => order(a[0]) - order(b[0]));
-          const escaped = shuffled.map(([k, v]): [string, string] => [k, v.startsWith('"') ? `"${escape(JSON.parse(v) as string, mask)}"` : v]);
-          const t = `{${ws}${escaped.map(([k, v]) => `"${escape(k, mask >> 3)}"${ws}:${ws}${v}`).join(`${ws},${ws}`)}${ws}}`;
-          expect(parse(verb, t)).toEqual(original);
-        }),
+        fc.property(
+          validArb,
+          fc.constantFrom("", " ", "\t", "\n", "\r\n ", "  \t"),
+          fc.integer({ min: 0, max: 2 ** 30 - 1 }),
+          fc.func(fc.integer()),
+          ({ verb, body }, ws, mask, order) => {
+            const original = parse(verb, text(raw(body)));
+            expect(original.kind).toBe("request");
+            const shuffled = [...raw(body)].sort((a, b) => order(a[0]) - order(b[0]));
+            const escaped = shuffled.map(([k, v]): [string, string] => [
+              k,
+              v.startsWith('"') ? `"${escape(JSON.parse(v) as string, mask)}"` : v,
+            ]);
+            const t = `{${ws}${escaped.map(([k, v]) => `"${escape(k, mask >> 3)}"${ws}:${ws}${v}`).join(`${ws},${ws}`)}${ws}}`;
+            expect(parse(verb, t)).toEqual(original);
+          },
+        ),
         runs(),
       );
     },
@@ -197,7 +292,12 @@ describe("near-valid requests under fuzzing", () => {
     "byte-level damage never throws, and anything accepted keeps every rule of the contract",
     () => {
       const damage = fc.array(
-        fc.tuple(fc.constantFrom("flip", "insert", "delete", "splice"), fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom('"', "{", "}", ",", ":", "-", "0", "1e9", "\\", "\\u0000", "null", "[", "]", ".5", "\u00e9", "\ud83d")),
+        fc.tuple(
+          fc.constantFrom("flip", "insert", "delete", "splice"),
+          fc.nat(),
+          fc.integer({ min: 0, max: 255 }),
+          fc.constantFrom('"', "{", "}", ",", ":", "-", "0", "1e9", "\\", "\\u0000", "null", "[", "]", ".5", "\u00e9", "\ud83d"),
+        ),
         { minLength: 1, maxLength: 4 },
       );
       fc.assert(
@@ -224,7 +324,10 @@ describe("near-valid requests under fuzzing", () => {
   it(
     "a Response Topic is replied to only if it can be published to; otherwise the holder's topic or no reply",
     () => {
-      const topicArb = fc.oneof(fc.string({ maxLength: 30 }), fc.constantFrom("", "#", "+", "a/#", "a/+/b", "a/b#", "\u0000", "a\u0000b", "/", "//", "$SYS/x", "a/".repeat(20)));
+      const topicArb = fc.oneof(
+        fc.string({ maxLength: 30 }),
+        fc.constantFrom("", "#", "+", "a/#", "a/+/b", "a/b#", "\u0000", "a\u0000b", "/", "//", "$SYS/x", "a/".repeat(20)),
+      );
       fc.assert(
         fc.property(validArb, topicArb, ({ verb, body }, topic) => {
           const r = parse(verb, text(raw(body)), topic);

@@ -80,26 +80,33 @@ type Item =
   | { readonly kind: "invalid"; readonly bytes: Buffer; readonly why: string };
 
 /** A request damaged so that the line delivers something no device may act on. */
-const damagedArb: fc.Arbitrary<Item> = fc.tuple(requestArb, fc.nat(), fc.integer({ min: 0, max: 7 }), fc.integer({ min: 1, max: 255 }), fc.nat()).map(([req, at, bit, x, cut]) => {
-  const b = Buffer.from(req);
-  const choice = at % 3;
-  if (choice === 0) {
-    // One bit flipped in a byte that does not decide the frame's length (the CRC catches every single-bit error).
-    const lengthBytes = new Set([1, b[1] === 15 || b[1] === 16 ? 6 : -1]);
-    let i = at % b.length;
-    while (lengthBytes.has(i)) i = (i + 1) % b.length;
-    b[i]! ^= 1 << bit;
-    return { kind: "invalid", bytes: b, why: `bit ${bit} of byte ${i}` };
-  }
-  if (choice === 1) {
-    b[b.length - 1 - (x % 2)]! ^= x; // a wrong CRC
-    return { kind: "invalid", bytes: b, why: "crc" };
-  }
-  return { kind: "invalid", bytes: b.subarray(0, cut % b.length), why: "truncated" };
-});
+const damagedArb: fc.Arbitrary<Item> = fc
+  .tuple(requestArb, fc.nat(), fc.integer({ min: 0, max: 7 }), fc.integer({ min: 1, max: 255 }), fc.nat())
+  .map(([req, at, bit, x, cut]) => {
+    const b = Buffer.from(req);
+    const choice = at % 3;
+    if (choice === 0) {
+      // One bit flipped in a byte that does not decide the frame's length (the CRC catches every single-bit error).
+      const lengthBytes = new Set([1, b[1] === 15 || b[1] === 16 ? 6 : -1]);
+      let i = at % b.length;
+      while (lengthBytes.has(i)) i = (i + 1) % b.length;
+      b[i]! ^= 1 << bit;
+      return { kind: "invalid", bytes: b, why: `bit ${bit} of byte ${i}` };
+    }
+    if (choice === 1) {
+      b[b.length - 1 - (x % 2)]! ^= x; // a wrong CRC
+      return { kind: "invalid", bytes: b, why: "crc" };
+    }
+    return { kind: "invalid", bytes: b.subarray(0, cut % b.length), why: "truncated" };
+  });
 
 const itemArb: fc.Arbitrary<Item> = fc.oneof(
-  { weight: 4, arbitrary: fc.tuple(requestArb, fc.boolean()).map(([bytes, silenceAfter]): Item => ({ kind: "valid", bytes, silenceAfter: silenceAfter || bytes[1] === 0x2b })) },
+  {
+    weight: 4,
+    arbitrary: fc
+      .tuple(requestArb, fc.boolean())
+      .map(([bytes, silenceAfter]): Item => ({ kind: "valid", bytes, silenceAfter: silenceAfter || bytes[1] === 0x2b })),
+  },
   { weight: 2, arbitrary: damagedArb },
   { weight: 1, arbitrary: noiseArb.map((bytes): Item => ({ kind: "invalid", bytes, why: "noise" })) },
 );
@@ -133,7 +140,8 @@ describe("the simulator's RTU framing and station under fuzzing", () => {
           for (const [item, cuts] of items) {
             // Noise or a damaged frame is ended by a silence (as on a real line, where
             // resynchronisation needs one); so is a valid frame after one of those.
-            if (item.kind === "valid" && previous !== null && (previous.kind === "invalid" || previous.silenceAfter)) vi.advanceTimersByTime(SILENCE_MS + 2);
+            if (item.kind === "valid" && previous !== null && (previous.kind === "invalid" || previous.silenceAfter))
+              vi.advanceTimersByTime(SILENCE_MS + 2);
             for (const chunk of chunks(item.bytes, cuts)) real.framer.push(Buffer.from(chunk));
             if (item.kind === "invalid") vi.advanceTimersByTime(SILENCE_MS + 2);
             else if (item.silenceAfter) vi.advanceTimersByTime(SILENCE_MS + 2);
@@ -179,27 +187,33 @@ describe("the simulator's RTU framing and station under fuzzing", () => {
     "a command block with one bit flipped anywhere is never acted on, whatever came before",
     () => {
       fc.assert(
-        fc.property(fc.integer({ min: 1, max: 1000 }), fc.integer({ min: 0, max: 10_000 }), fc.nat(), fc.integer({ min: 0, max: 7 }), (token, target, at, bit) => {
-          const real = rig();
-          const regs = [...u64ToWords(BigInt(token)), ...u32ToWords(0), target];
-          const frame = withCrc(Buffer.from([1, 16, ...u16(FENCED.COMMAND_START), ...u16(regs.length), 2 * regs.length, ...words(regs)]));
-          const bad = Buffer.from(frame);
-          bad[at % bad.length]! ^= 1 << bit;
-          const before = state(real.station);
-          real.framer.push(bad);
-          vi.advanceTimersByTime(SILENCE_MS + 2);
-          // Flipping the function code or byte count can frame a shorter or longer read; it
-          // is still no command: the fence and the target never move.
-          const after = state(real.station);
-          expect(after.fence).toEqual(before.fence);
-          expect(after.targetPosition).toBe(before.targetPosition);
-          expect(after.applied).toEqual([]);
-          // The intact frame afterwards is acted on.
-          real.framer.push(frame);
-          vi.advanceTimersByTime(SILENCE_MS + 2);
-          expect(state(real.station).fence.token).toBe(token);
-          real.framer.close();
-        }),
+        fc.property(
+          fc.integer({ min: 1, max: 1000 }),
+          fc.integer({ min: 0, max: 10_000 }),
+          fc.nat(),
+          fc.integer({ min: 0, max: 7 }),
+          (token, target, at, bit) => {
+            const real = rig();
+            const regs = [...u64ToWords(BigInt(token)), ...u32ToWords(0), target];
+            const frame = withCrc(Buffer.from([1, 16, ...u16(FENCED.COMMAND_START), ...u16(regs.length), 2 * regs.length, ...words(regs)]));
+            const bad = Buffer.from(frame);
+            bad[at % bad.length]! ^= 1 << bit;
+            const before = state(real.station);
+            real.framer.push(bad);
+            vi.advanceTimersByTime(SILENCE_MS + 2);
+            // Flipping the function code or byte count can frame a shorter or longer read; it
+            // is still no command: the fence and the target never move.
+            const after = state(real.station);
+            expect(after.fence).toEqual(before.fence);
+            expect(after.targetPosition).toBe(before.targetPosition);
+            expect(after.applied).toEqual([]);
+            // The intact frame afterwards is acted on.
+            real.framer.push(frame);
+            vi.advanceTimersByTime(SILENCE_MS + 2);
+            expect(state(real.station).fence.token).toBe(token);
+            real.framer.close();
+          },
+        ),
         runs(),
       );
     },

@@ -38,7 +38,11 @@ describe("the device as the arbiter", () => {
 
     // Right after a renewal: the old gateway's window is now 5 s long.
     const renewals = old.logs.filter((l) => l.msg === "etcd lease renewed").length;
-    await old.waitForLog((l) => l.msg === "etcd lease renewed" && old.logs.filter((x) => x.msg === "etcd lease renewed").length > renewals, 5000, "a renewal");
+    await old.waitForLog(
+      (l) => l.msg === "etcd lease renewed" && old.logs.filter((x) => x.msg === "etcd lease renewed").length > renewals,
+      5000,
+      "a renewal",
+    );
     group.etcdLinks[a]!.cut();
     const leader = await group.etcd.call("/v3/kv/range", { key: Buffer.from("/fencegate/arbiter/leader").toString("base64") });
     await group.etcd.call("/v3/lease/revoke", { ID: leader.kvs[0].lease });
@@ -50,7 +54,11 @@ describe("the device as the arbiter", () => {
     // Both gateways take this one: the new active refuses it (STALE_TOKEN), the old one still
     // believes its lease and writes. Either reply may come first.
     await ctl.request(VALVE, "command", { holder: "line-a", token: t1, seq: 2, set: { position: 20 } });
-    const down = await old.waitForLog((l) => isSteppingDown(l) && old.logs.indexOf(l) >= linesBefore, 5000, "the old gateway stepping down");
+    const down = await old.waitForLog(
+      (l) => isSteppingDown(l) && old.logs.indexOf(l) >= linesBefore,
+      5000,
+      "the old gateway stepping down",
+    );
     const afterMs = performance.now() - sentAt;
     console.info(`the old gateway stepped down ${Math.round(afterMs)} ms after its stale write, reason ${String(down.reason)}`);
     const report = daemonReport(old, 20);
@@ -62,6 +70,9 @@ describe("the device as the arbiter", () => {
 
     // With etcd back, the old gateway stands by behind the new one.
     group.etcdLinks[a]!.restore();
-    await until(() => roles()[a] === "standby" && roles()[b] === "active", { timeoutMs: 15_000, what: `the old gateway standing by (${roles().join(", ")})` });
+    await until(() => roles()[a] === "standby" && roles()[b] === "active", {
+      timeoutMs: 15_000,
+      what: `the old gateway standing by (${roles().join(", ")})`,
+    });
   });
 });

@@ -23,7 +23,13 @@ let ctl: TestController;
 let seq = 0;
 
 beforeAll(async () => {
-  group = await startGroup(teardown, { name: "hang", etcd: { members: 3 }, leaseTtlMs: 7000, selfFenceMarginMs: 1000, requestTimeoutMs: 1000 });
+  group = await startGroup(teardown, {
+    name: "hang",
+    etcd: { members: 3 },
+    leaseTtlMs: 7000,
+    selfFenceMarginMs: 1000,
+    requestTimeoutMs: 1000,
+  });
   ctl = teardown.add(await TestController.connect(group.broker.url, "line-a"), (c) => c.close());
   group.start(0);
   group.start(1);
@@ -60,7 +66,10 @@ describe("an etcd leader that hangs", () => {
       expect(active.logs.slice(linesBefore).filter(isSteppingDown), report()).toEqual([]);
       expect(group.roles()[a]).toBe("active");
       expect(await group.etcd.leader()).not.toBeOneOf([hung, null]);
-      expect(await request("command", { holder: "line-a", token: t1, seq: ++seq, set: { position: 20 } }), report()).toMatchObject({ ok: true, outcome: "applied" });
+      expect(await request("command", { holder: "line-a", token: t1, seq: ++seq, set: { position: 20 } }), report()).toMatchObject({
+        ok: true,
+        outcome: "applied",
+      });
       expect(await request("lease/release", { holder: "line-a", token: t1 })).toMatchObject({ ok: true });
       expect(await request("lease/acquire", { holder: "line-b", ttlMs: 60_000 }), report()).toMatchObject({ ok: true });
     } finally {

@@ -34,7 +34,9 @@ function command(token: number, position: number, holder = "line-a"): Promise<Js
 
 /** Both gateways up, one active and the other standing by (as their status topics say): the active one's index. */
 async function bothUp(): Promise<number> {
-  for (let i = 0; i < GATEWAYS.length; i++) if (group.daemons[i] === null || group.daemons[i]!.child.exitCode !== null || group.daemons[i]!.child.signalCode !== null) group.start(i);
+  for (let i = 0; i < GATEWAYS.length; i++)
+    if (group.daemons[i] === null || group.daemons[i]!.child.exitCode !== null || group.daemons[i]!.child.signalCode !== null)
+      group.start(i);
   return group.oneActive();
 }
 
@@ -49,7 +51,11 @@ describe("gateway group failover", () => {
     const mark = group.status.mark();
     const killedAt = performance.now();
     await group.daemons[a]!.kill("SIGKILL");
-    await group.status.waitFor((m) => m.topic === statusTopic(b) && m.payload === "active", { from: mark, timeoutMs: group.leaseTtlMs + 5000, what: "the standby saying it is active" });
+    await group.status.waitFor((m) => m.topic === statusTopic(b) && m.payload === "active", {
+      from: mark,
+      timeoutMs: group.leaseTtlMs + 5000,
+      what: "the standby saying it is active",
+    });
     const activeAfterMs = performance.now() - killedAt;
     console.info(`failover: gw ${GATEWAYS[b]} serving ${Math.round(activeAfterMs)} ms after the kill (TTL ${group.leaseTtlMs} ms)`);
     expect(activeAfterMs, report()).toBeLessThanOrEqual(group.leaseTtlMs + 1000);
@@ -95,7 +101,10 @@ describe("gateway group failover", () => {
     // The stuck frame arrives now, under the old token: the device itself refuses it.
     const refusalsBefore = group.sim.device(1).refusalCount;
     group.links[a]!.release();
-    await until(() => group.sim.device(1).refusalCount > refusalsBefore, { timeoutMs: 5000, what: "the device refusing the old gateway's write" });
+    await until(() => group.sim.device(1).refusalCount > refusalsBefore, {
+      timeoutMs: 5000,
+      what: "the device refusing the old gateway's write",
+    });
     expect(group.sim.device(1).lastRefusalReason).toBe(1); // STALE_TOKEN
 
     const linesBefore = old.logs.length;

@@ -24,12 +24,18 @@ async function get(i: number, path: string): Promise<{ status: number; body: any
 }
 
 /** Asks `path` every 100 ms until `ok` holds for the answer. */
-async function answerWhen(i: number, path: string, ok: (status: number) => boolean, timeoutMs: number): Promise<{ status: number; body: any }> {
+async function answerWhen(
+  i: number,
+  path: string,
+  ok: (status: number) => boolean,
+  timeoutMs: number,
+): Promise<{ status: number; body: any }> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     const answer = await get(i, path);
     if (ok(answer.status)) return answer;
-    if (performance.now() > deadline) throw new Error(`gateway ${i}: ${path} still answers ${answer.status} ${JSON.stringify(answer.body)} after ${timeoutMs} ms`);
+    if (performance.now() > deadline)
+      throw new Error(`gateway ${i}: ${path} still answers ${answer.status} ${JSON.stringify(answer.body)} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
@@ -56,7 +62,9 @@ describe("a group member's health", () => {
       const down = await answerWhen(i, "/healthz", (status) => status === 503, 10_000);
       // Not before a whole TTL: a shorter gap is the routine retry.
       expect(performance.now() - goneAt, JSON.stringify(down.body)).toBeGreaterThan(group.leaseTtlMs);
-      expect(down.body.problem).toMatch(/^this gateway has not reached etcd for \d+ s, longer than the lease TTL \(2 s\): it cannot serve or take over/);
+      expect(down.body.problem).toMatch(
+        /^this gateway has not reached etcd for \d+ s, longer than the lease TTL \(2 s\): it cannot serve or take over/,
+      );
       expect(down.body.problem).toContain("etcdctl endpoint health --cluster");
       const page = (await get(i, "/api/status")).body;
       expect(page.gateway.health.problem).toMatch(/^this gateway has not reached etcd for \d+ s/);

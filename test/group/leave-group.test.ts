@@ -34,7 +34,10 @@ const withoutGroup = (config: Record<string, unknown>) => {
 
 async function journalCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "journal", ...args], { encoding: "utf8", timeout: 30_000 });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "journal", ...args], {
+      encoding: "utf8",
+      timeout: 30_000,
+    });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -48,13 +51,18 @@ describe("leaving a gateway group", () => {
     const b = 1 - a;
     member = a;
     const report = () => group.daemons.map((d) => daemonReport(d ?? undefined, 12)).join("\n\n");
-    expect(await ctl.request(VALVE, "lease/acquire", { holder: "line-a", ttlMs: 60_000 }, { timeoutMs: 8000 }), report()).toMatchObject({ ok: true });
+    expect(await ctl.request(VALVE, "lease/acquire", { holder: "line-a", ttlMs: 60_000 }, { timeoutMs: 8000 }), report()).toMatchObject({
+      ok: true,
+    });
 
     // b takes over (its journal gets a takeover token), then a takes over again above it.
     await stopDaemon(group.daemons[a]!);
     await group.waitActive(15_000, [b]);
     group.start(a);
-    await group.status.waitFor((m) => m.topic === `fencegate/gateway/${["gw-a", "gw-b"][a]}/status` && m.payload === "standby", { timeoutMs: 15_000, what: "the restarted gateway standing by" });
+    await group.status.waitFor((m) => m.topic === `fencegate/gateway/${["gw-a", "gw-b"][a]}/status` && m.payload === "standby", {
+      timeoutMs: 15_000,
+      what: "the restarted gateway standing by",
+    });
     await stopDaemon(group.daemons[b]!);
     await group.waitActive(15_000, [a]);
     await stopDaemon(group.daemons[a]!);
@@ -62,17 +70,29 @@ describe("leaving a gateway group", () => {
     const refused = group.start(b, withoutGroup);
     expect(await refused.exited).toEqual({ code: 78, signal: null });
     const fatal = refused.logs.find((l) => l.level === 60)!;
-    expect(fatal).toMatchObject({ code: "JOURNAL_IN_GROUP", group: "leave", leaveGroup: `fencegate journal leave-group --config ${group.configFile(b)}` });
-    expect(fatal.msg).toMatch(/served in gateway group "leave", and this configuration has no group section: alone, this gateway would serve its actuators beside the group's active gateway/);
+    expect(fatal).toMatchObject({
+      code: "JOURNAL_IN_GROUP",
+      group: "leave",
+      leaveGroup: `fencegate journal leave-group --config ${group.configFile(b)}`,
+    });
+    expect(fatal.msg).toMatch(
+      /served in gateway group "leave", and this configuration has no group section: alone, this gateway would serve its actuators beside the group's active gateway/,
+    );
 
     const left = await journalCli("leave-group", "--config", group.configFile(b));
     expect(left.code, left.stderr).toBe(0);
     expect(left.stdout).toMatch(/has left gateway group "leave": the gateway now starts alone/);
     expect(left.stdout).toMatch(/Make sure no member of "leave" serves them any more/);
-    expect((await journalCli("leave-group", "--config", group.configFile(b))).stdout).toMatch(/was not in a gateway group: nothing changed\.$/m);
+    expect((await journalCli("leave-group", "--config", group.configFile(b))).stdout).toMatch(
+      /was not in a gateway group: nothing changed\.$/m,
+    );
 
     const alone = group.start(b, withoutGroup);
-    const warned = await alone.waitForLog((l) => l.level === 40 && /^the device's fence is above this gateway's journal/.test(l.msg ?? ""), 15_000, "the fence warning");
+    const warned = await alone.waitForLog(
+      (l) => l.level === 40 && /^the device's fence is above this gateway's journal/.test(l.msg ?? ""),
+      15_000,
+      "the fence warning",
+    );
     expect(warned.actuator).toBe(VALVE);
     expect(warned.deviceToken as number).toBeGreaterThan(warned.highestGranted as number);
     expect(alone.child.exitCode).toBeNull();

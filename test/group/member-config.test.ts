@@ -14,7 +14,12 @@ import { Teardown, daemonReport, stopDaemon } from "../support/stack.ts";
 /** valve-1 with a narrower range and a safe value: what gw-b had in the review. */
 const narrower = (config: Record<string, any>) => ({
   ...config,
-  actuators: [valve(VALVE, "plc", 1, "fenced", { points: { ...valvePoints("fenced"), position: { ...valvePoints("fenced").position, max: 50 } }, expiry: { policy: "safe", set: { position: 0 } } })],
+  actuators: [
+    valve(VALVE, "plc", 1, "fenced", {
+      points: { ...valvePoints("fenced"), position: { ...valvePoints("fenced").position, max: 50 } },
+      expiry: { policy: "safe", set: { position: 0 } },
+    }),
+  ],
 });
 
 describe("what a member publishes about its actuators", () => {

@@ -25,7 +25,9 @@ const DOCTOR_BASE = {
   gatewayId: "gw-a",
   mqtt: { url: "mqtt://127.0.0.1:1883" },
   buses: { plc: { type: "tcp", host: "127.0.0.1" } },
-  actuators: [{ id: "valve-1", bus: "plc", unit: 1, profile: "fenced", points: { position: { register: 0x20, min: 0, max: 100, writable: true } } }],
+  actuators: [
+    { id: "valve-1", bus: "plc", unit: 1, profile: "fenced", points: { position: { register: 0x20, min: 0, max: 100, writable: true } } },
+  ],
 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -168,7 +170,11 @@ describe("group member on a 1-member etcd", () => {
     b.member.start();
     await until("b active", () => b.member.phase === "active");
     expect(await b.member.readToken("valve-1")).toBe(5);
-    expect(await a.member.commitGrant("valve-1", 6)).toEqual({ ok: false, stale: true, message: "the leader key is no longer this gateway's: another gateway leads the group" });
+    expect(await a.member.commitGrant("valve-1", 6)).toEqual({
+      ok: false,
+      stale: true,
+      message: "the leader key is no longer this gateway's: another gateway leads the group",
+    });
     expect(await b.member.commitGrant("valve-1", 6)).toEqual({ ok: true });
     // a's periodic look finds the key is b's: it steps down by itself.
     await until("a deposed", () => a.deactivations.some((d) => d.reason === "deposed"), 3000);
@@ -176,8 +182,22 @@ describe("group member on a 1-member etcd", () => {
 
   it("fencegate doctor names who leads the group", async () => {
     const group = nextGroup();
-    const config = (name: string) => parseConfig({ ...DOCTOR_BASE, group: { name, endpoints: etcd.endpoints, leaseTtlMs: 3000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: etcd.electionTimeoutMs } }).group!;
-    expect(await checkGroup(config(group))).toMatchObject({ status: "ok", message: `etcd answers at ${etcd.endpoints.join(", ")}; group ${group} is led by nobody yet. A hung etcd leader is ridden out with 800 ms to spare if the members' --election-timeout is 100 ms (group.etcdElectionTimeoutMs).` });
+    const config = (name: string) =>
+      parseConfig({
+        ...DOCTOR_BASE,
+        group: {
+          name,
+          endpoints: etcd.endpoints,
+          leaseTtlMs: 3000,
+          selfFenceMarginMs: 500,
+          requestTimeoutMs: 500,
+          etcdElectionTimeoutMs: etcd.electionTimeoutMs,
+        },
+      }).group!;
+    expect(await checkGroup(config(group))).toMatchObject({
+      status: "ok",
+      message: `etcd answers at ${etcd.endpoints.join(", ")}; group ${group} is led by nobody yet. A hung etcd leader is ridden out with 800 ms to spare if the members' --election-timeout is 100 ms (group.etcdElectionTimeoutMs).`,
+    });
     const a = make(client(), "gw-a", group);
     a.member.start();
     await until("a active", () => a.member.phase === "active");
@@ -194,19 +214,23 @@ describe("group member on a 1-member etcd", () => {
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
-        const upstream = http.request(`${etcd.endpoints[0]}${req.url}`, { method: "POST", headers: { "content-type": "application/json" } }, (answer) => {
-          const body: Buffer[] = [];
-          answer.on("data", (c: Buffer) => body.push(c));
-          answer.on("end", () => {
-            const isGrant = req.url === "/v3/kv/txn" && Buffer.concat(chunks).toString().includes('"requestPut"');
-            if (armed && isGrant && swallowed === 0) {
-              swallowed++;
-              return; // never answered: the client's attempt times out
-            }
-            res.writeHead(answer.statusCode ?? 500, { "content-type": "application/json" });
-            res.end(Buffer.concat(body));
-          });
-        });
+        const upstream = http.request(
+          `${etcd.endpoints[0]}${req.url}`,
+          { method: "POST", headers: { "content-type": "application/json" } },
+          (answer) => {
+            const body: Buffer[] = [];
+            answer.on("data", (c: Buffer) => body.push(c));
+            answer.on("end", () => {
+              const isGrant = req.url === "/v3/kv/txn" && Buffer.concat(chunks).toString().includes('"requestPut"');
+              if (armed && isGrant && swallowed === 0) {
+                swallowed++;
+                return; // never answered: the client's attempt times out
+              }
+              res.writeHead(answer.statusCode ?? 500, { "content-type": "application/json" });
+              res.end(Buffer.concat(body));
+            });
+          },
+        );
         upstream.end(Buffer.concat(chunks));
       });
     });
@@ -250,7 +274,11 @@ describe("group member with etcd over TLS, client certificates and a password", 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), "fencegate-etcd-pki-"));
     pki = makePki(dir);
-    etcd = await startEtcd({ tls: { caFile: pki.caFile, certFile: pki.peer.certFile, keyFile: pki.peer.keyFile, client: pki.anonymousClient }, rootPassword: "s3cret", electionTimeoutMs: 100 });
+    etcd = await startEtcd({
+      tls: { caFile: pki.caFile, certFile: pki.peer.certFile, keyFile: pki.peer.keyFile, client: pki.anonymousClient },
+      rootPassword: "s3cret",
+      electionTimeoutMs: 100,
+    });
   });
   afterAll(async () => {
     await etcd?.stop();
@@ -260,7 +288,17 @@ describe("group member with etcd over TLS, client certificates and a password", 
   const groupConfig = (password: string) =>
     parseConfig({
       ...DOCTOR_BASE,
-      group: { name: "tls", endpoints: etcd.endpoints, tls: { caFile: pki.caFile, ...pki.anonymousClient }, username: "root", password, leaseTtlMs: 3000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: etcd.electionTimeoutMs },
+      group: {
+        name: "tls",
+        endpoints: etcd.endpoints,
+        tls: { caFile: pki.caFile, ...pki.anonymousClient },
+        username: "root",
+        password,
+        leaseTtlMs: 3000,
+        selfFenceMarginMs: 500,
+        requestTimeoutMs: 500,
+        etcdElectionTimeoutMs: etcd.electionTimeoutMs,
+      },
     }).group!;
 
   it("campaigns and commits tokens as a user, over TLS with a client certificate", async () => {
@@ -279,14 +317,22 @@ describe("group member with etcd over TLS, client certificates and a password", 
   it("says so when etcd refuses the password", async () => {
     const c = etcdClientFor(groupConfig("wrong"));
     try {
-      await expect(c.grantLease(3)).rejects.toThrow(/etcd refused user root: etcdserver: authentication failed, invalid user ID or password/);
+      await expect(c.grantLease(3)).rejects.toThrow(
+        /etcd refused user root: etcdserver: authentication failed, invalid user ID or password/,
+      );
     } finally {
       c.close();
     }
   });
 
   it("says so when the client certificate has a Common Name, which etcd's JSON gateway refuses with authentication on", async () => {
-    const c = new EtcdClient({ endpoints: etcd.endpoints, requestTimeoutMs: 1000, username: "root", password: "s3cret", tls: { ca: readFileSync(pki.caFile), cert: readFileSync(pki.client("gw-a").certFile), key: readFileSync(pki.client("gw-a").keyFile) } });
+    const c = new EtcdClient({
+      endpoints: etcd.endpoints,
+      requestTimeoutMs: 1000,
+      username: "root",
+      password: "s3cret",
+      tls: { ca: readFileSync(pki.caFile), cert: readFileSync(pki.client("gw-a").certFile), key: readFileSync(pki.client("gw-a").keyFile) },
+    });
     try {
       await expect(c.grantLease(3)).rejects.toThrow(/CommonName of client sending a request against gateway will be ignored/);
     } finally {
@@ -319,7 +365,7 @@ describe("group member on a 3-member etcd", () => {
     // The member killed first is a follower: killing etcd's leader would add an election
     // (a randomized 1-2 s election timeout, more under load) during which no write commits.
     let raftLeader: number | null = null;
-    for (const end = performance.now() + 10_000; raftLeader === null && performance.now() < end; ) raftLeader = await etcd.leader();
+    for (const end = performance.now() + 10_000; raftLeader === null && performance.now() < end;) raftLeader = await etcd.leader();
     expect(raftLeader).not.toBeNull();
     const [follower, other] = [0, 1, 2].filter((i) => i !== raftLeader) as [number, number];
     // The follower's endpoint first: the client is talking to it when it dies.

@@ -38,12 +38,28 @@ describe("a group member without etcd", () => {
     const etcdPort = await freePort(); // nothing listens there
     const devicePort = await freePort(); // nor here: a bus opened by mistake would log its failure
     daemon = DaemonProcess.start(dir, {
-      ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "journal.db"), buses: { plc: { type: "tcp", host: "127.0.0.1", port: devicePort } }, actuators: [valve("valve-1", "plc", 1)] }),
+      ...gatewayConfig({
+        brokerUrl: broker.url,
+        journalPath: join(dir, "journal.db"),
+        buses: { plc: { type: "tcp", host: "127.0.0.1", port: devicePort } },
+        actuators: [valve("valve-1", "plc", 1)],
+      }),
       gatewayId: "gw-a",
-      group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], leaseTtlMs: 2000, selfFenceMarginMs: 500, requestTimeoutMs: 500, etcdElectionTimeoutMs: 100 },
+      group: {
+        name: "lonely",
+        endpoints: [`http://127.0.0.1:${etcdPort}`],
+        leaseTtlMs: 2000,
+        selfFenceMarginMs: 500,
+        requestTimeoutMs: 500,
+        etcdElectionTimeoutMs: 100,
+      },
     });
     await watcher.waitFor((m) => m.payload === "standby", { timeoutMs: 15_000, what: "status standby" });
-    const first = await daemon.waitForLog((l) => l.msg === "etcd lease grant failed; retrying" && l.level === 40, 10_000, "the grant failure");
+    const first = await daemon.waitForLog(
+      (l) => l.msg === "etcd lease grant failed; retrying" && l.level === 40,
+      10_000,
+      "the grant failure",
+    );
     expect(first.err.message).toContain(`127.0.0.1:${etcdPort}`);
     await new Promise((r) => setTimeout(r, 2000)); // several retries
     expect(daemon.logs.filter((l) => l.msg === "etcd lease grant failed; retrying").length).toBeGreaterThan(3);
@@ -57,7 +73,12 @@ describe("a group member without etcd", () => {
     let second: DaemonProcess | undefined;
     try {
       second = DaemonProcess.start(copy, {
-        ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(copy, "journal.db"), buses: { plc: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "plc", 1)] }),
+        ...gatewayConfig({
+          brokerUrl: broker.url,
+          journalPath: join(copy, "journal.db"),
+          buses: { plc: { type: "tcp", host: "127.0.0.1", port: 1 } },
+          actuators: [valve("valve-1", "plc", 1)],
+        }),
         gatewayId: "gw-a",
       });
       expect(await second.exited).toEqual({ code: 78, signal: null });
@@ -71,7 +92,17 @@ describe("a group member without etcd", () => {
 
   it("fencegate doctor says etcd does not answer, and what to check", async () => {
     const etcdPort = await freePort();
-    const finding = await checkGroup(parseConfig({ ...gatewayConfig({ brokerUrl: broker.url, journalPath: join(dir, "j.db"), buses: { plc: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-1", "plc", 1)] }), group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], requestTimeoutMs: 500 } }).group!);
+    const finding = await checkGroup(
+      parseConfig({
+        ...gatewayConfig({
+          brokerUrl: broker.url,
+          journalPath: join(dir, "j.db"),
+          buses: { plc: { type: "tcp", host: "127.0.0.1" } },
+          actuators: [valve("valve-1", "plc", 1)],
+        }),
+        group: { name: "lonely", endpoints: [`http://127.0.0.1:${etcdPort}`], requestTimeoutMs: 500 },
+      }).group!,
+    );
     expect(finding).toMatchObject({ check: "group etcd", status: "fail" });
     expect(finding.message).toContain(`ECONNREFUSED 127.0.0.1:${etcdPort}`);
     expect(finding.fix).toMatch(/etcdctl endpoint health --cluster/);

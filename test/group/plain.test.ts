@@ -28,7 +28,9 @@ describe("a plain device in a gateway group", () => {
     for (let i = 0; i < 3; i++) {
       const r = await ctl.request(VALVE, "lease/acquire", { holder: "line-a", ttlMs: 30_000 });
       tokens.push(r.lease.token as number);
-      expect(await ctl.request(VALVE, "command", { holder: "line-a", token: r.lease.token, seq: 1, set: { position: 10 + i } })).toMatchObject({ ok: true });
+      expect(
+        await ctl.request(VALVE, "command", { holder: "line-a", token: r.lease.token, seq: 1, set: { position: 10 + i } }),
+      ).toMatchObject({ ok: true });
       await ctl.request(VALVE, "lease/release", { holder: "line-a", token: r.lease.token });
     }
     await group.daemons[a]!.kill("SIGKILL");
@@ -37,6 +39,8 @@ describe("a plain device in a gateway group", () => {
     expect(taken?.token).toBe(tokens.at(-1)! + 1); // one above the old gateway's last grant, which b's journal never had
     const next = await ctl.request(VALVE, "lease/acquire", { holder: "line-a", ttlMs: 30_000 });
     expect(next.lease.token).toBe(tokens.at(-1)! + 2);
-    expect(await ctl.request(VALVE, "command", { holder: "line-a", token: next.lease.token, seq: 1, set: { position: 50 } })).toMatchObject({ ok: true, outcome: "applied" });
+    expect(await ctl.request(VALVE, "command", { holder: "line-a", token: next.lease.token, seq: 1, set: { position: 50 } })).toMatchObject(
+      { ok: true, outcome: "applied" },
+    );
   });
 });

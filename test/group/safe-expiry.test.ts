@@ -16,7 +16,11 @@ let group: GroupStack;
 let ctl: TestController;
 
 beforeAll(async () => {
-  group = await startGroup(teardown, { name: "safe", leaseTtlMs: 2000, gateway: { actuators: [valve(VALVE, "plc", 1, "fenced", { expiry: { policy: "safe", set: { position: 0 } } })] } });
+  group = await startGroup(teardown, {
+    name: "safe",
+    leaseTtlMs: 2000,
+    gateway: { actuators: [valve(VALVE, "plc", 1, "fenced", { expiry: { policy: "safe", set: { position: 0 } } })] },
+  });
   ctl = teardown.add(await TestController.connect(group.broker.url, "line-a"), (c) => c.close());
   group.start(0);
   group.start(1);
@@ -36,7 +40,10 @@ describe("expiry policy safe in a gateway group", () => {
     expect(safe.token).toBeGreaterThan(t1);
     const t2 = (await ctl.request(VALVE, "lease/acquire", { holder: "line-a", ttlMs: 30_000 })).lease.token as number;
     expect(t2).toBeGreaterThan(safe.token!);
-    expect(await ctl.request(VALVE, "command", { holder: "line-a", token: t2, seq: 1, set: { position: 30 } })).toMatchObject({ ok: true, outcome: "applied" });
+    expect(await ctl.request(VALVE, "command", { holder: "line-a", token: t2, seq: 1, set: { position: 30 } })).toMatchObject({
+      ok: true,
+      outcome: "applied",
+    });
     expect(group.daemons[b]!.logs.some(isSteppingDown)).toBe(false);
     expect(group.roles()[b]).toBe("active");
   });

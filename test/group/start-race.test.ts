@@ -31,7 +31,10 @@ describe("gateways started at once", () => {
       // A second take-over would come within a look or two of the loser's; wait for a few.
       await new Promise((r) => setTimeout(r, 500));
       const report = daemons.map((d) => daemonReport(d, 10)).join("\n\n");
-      expect(daemons.map((d) => d.logs.filter(tookOver).length), report).toEqual(daemons.map((_, i) => (i === winner ? 1 : 0)));
+      expect(
+        daemons.map((d) => d.logs.filter(tookOver).length),
+        report,
+      ).toEqual(daemons.map((_, i) => (i === winner ? 1 : 0)));
       winners.push(GATEWAYS[winner]!);
       await Promise.all(daemons.map((d) => stopDaemon(d)));
     }

@@ -26,13 +26,20 @@ afterAll(() => teardown.run());
 
 /** The next state of valve-2 published by `gateway`, saying nothing serves it. */
 async function unservedStateFrom(gateway: string, from: number): Promise<Record<string, unknown>> {
-  const m = await watch.waitFor((m) => !m.retain && safeJson(m.payload)?.gateway === gateway && safeJson(m.payload)?.online === false, { from, timeoutMs: 20_000, what: `${RETIRED}'s state from ${gateway} saying nothing serves it` });
+  const m = await watch.waitFor((m) => !m.retain && safeJson(m.payload)?.gateway === gateway && safeJson(m.payload)?.online === false, {
+    from,
+    timeoutMs: 20_000,
+    what: `${RETIRED}'s state from ${gateway} saying nothing serves it`,
+  });
   return safeJson(m.payload) as Record<string, unknown>;
 }
 
 describe("actuators no member of a group serves", () => {
   it("the active member says so from its journal, and after a failover a member that never served it says so from the group's tokens", async () => {
-    const both = (config: Record<string, unknown>) => ({ ...config, actuators: [...(config.actuators as unknown[]), valve(RETIRED, "plc", 2)] });
+    const both = (config: Record<string, unknown>) => ({
+      ...config,
+      actuators: [...(config.actuators as unknown[]), valve(RETIRED, "plc", 2)],
+    });
     const first = group.start(0, both);
     await group.waitActive(15_000, [0]);
     const grant = await ctl.acquire(RETIRED, 60_000);
@@ -44,7 +51,12 @@ describe("actuators no member of a group serves", () => {
     let from = watch.mark();
     group.start(0);
     await group.waitActive(15_000, [0]);
-    expect(await unservedStateFrom("gw-a", from)).toMatchObject({ actuator: RETIRED, lease: null, fence: { token, seq: null }, problem: expect.stringContaining("its journal holds it, and it is not in the configuration of gateway gw-a") });
+    expect(await unservedStateFrom("gw-a", from)).toMatchObject({
+      actuator: RETIRED,
+      lease: null,
+      fence: { token, seq: null },
+      problem: expect.stringContaining("its journal holds it, and it is not in the configuration of gateway gw-a"),
+    });
 
     // gw-b never served valve-2; after gw-a dies it takes over and knows valve-2 from etcd.
     group.start(1);

@@ -11,7 +11,14 @@ import { afterEach, describe, expect, it } from "vitest";
 import { GatewayMetrics, HEADERS_TIMEOUT_MS, serveHttp, type HealthSource } from "../../src/adapters/http/metrics.ts";
 import { until } from "../support/watch.ts";
 
-const health: HealthSource = { problem: () => null, details: () => ({}), queueDepths: () => [], linkStates: () => [], pointFaults: () => [], journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }) };
+const health: HealthSource = {
+  problem: () => null,
+  details: () => ({}),
+  queueDepths: () => [],
+  linkStates: () => [],
+  pointFaults: () => [],
+  journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }),
+};
 /** The daemon's: metrics.statusPage.maxEventStreams (16) + 64. */
 const MAX_CONNECTIONS = 80;
 const TOKEN = "a-token-of-sixteen+";
@@ -22,7 +29,10 @@ afterEach(() => {
 });
 
 async function serve(options: { auth?: { token: string } } = {}): Promise<number> {
-  const server = await serveHttp("127.0.0.1", 0, new GatewayMetrics(health), health, { maxConnections: MAX_CONNECTIONS, auth: options.auth ?? null });
+  const server = await serveHttp("127.0.0.1", 0, new GatewayMetrics(health), health, {
+    maxConnections: MAX_CONNECTIONS,
+    auth: options.auth ?? null,
+  });
   cleanup.push(() => {
     server.closeAllConnections();
     server.close();
@@ -37,10 +47,13 @@ async function sockets(port: number, n: number, options: { first?: string; local
       { length: n },
       () =>
         new Promise<net.Socket>((resolve, reject) => {
-          const s = net.connect({ port, host: "127.0.0.1", ...(options.localAddress ? { localAddress: options.localAddress } : {}) }, () => {
-            if (options.first) s.write(options.first);
-            resolve(s);
-          });
+          const s = net.connect(
+            { port, host: "127.0.0.1", ...(options.localAddress ? { localAddress: options.localAddress } : {}) },
+            () => {
+              if (options.first) s.write(options.first);
+              resolve(s);
+            },
+          );
           s.on("error", () => {}); // closed by the server: expected for some
           s.once("error", reject);
         }),
@@ -82,15 +95,19 @@ describe("HTTP connection limits", () => {
     expect(await healthz(port)).toBe(401);
   });
 
-  it("closes a connection that sends nothing within the headers timeout", async () => {
-    const port = await serve();
-    const [idle] = await sockets(port, 1);
-    idle!.resume(); // reads what the server may say (a 408) before closing: else its end is never seen
-    const startedMs = performance.now();
-    await new Promise((r) => idle!.once("close", r));
-    const closedAfterMs = performance.now() - startedMs;
-    expect(closedAfterMs).toBeLessThan(HEADERS_TIMEOUT_MS + 2000);
-  }, HEADERS_TIMEOUT_MS + 5000);
+  it(
+    "closes a connection that sends nothing within the headers timeout",
+    async () => {
+      const port = await serve();
+      const [idle] = await sockets(port, 1);
+      idle!.resume(); // reads what the server may say (a 408) before closing: else its end is never seen
+      const startedMs = performance.now();
+      await new Promise((r) => idle!.once("close", r));
+      const closedAfterMs = performance.now() - startedMs;
+      expect(closedAfterMs).toBeLessThan(HEADERS_TIMEOUT_MS + 2000);
+    },
+    HEADERS_TIMEOUT_MS + 5000,
+  );
 
   it("keeps one address to half the connections: its own oldest idle ones give way, not another address's", async () => {
     const port = await serve();

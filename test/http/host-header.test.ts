@@ -10,12 +10,21 @@ import { GatewayMetrics, serveHttp, type HealthSource } from "../../src/adapters
 import { parseConfig } from "../../src/config/parse.ts";
 import { minimalConfig } from "../config/fixture.ts";
 
-const health: HealthSource = { problem: () => null, details: () => ({}), queueDepths: () => [], linkStates: () => [], pointFaults: () => [], journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }) };
+const health: HealthSource = {
+  problem: () => null,
+  details: () => ({}),
+  queueDepths: () => [],
+  linkStates: () => [],
+  pointFaults: () => [],
+  journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }),
+};
 let server: http.Server;
 let port: number;
 
 beforeAll(async () => {
-  server = await serveHttp("127.0.0.1", 0, new GatewayMetrics(health), health, { hostNames: ["gw-1.plant.example", "Scada.Plant.Example."] });
+  server = await serveHttp("127.0.0.1", 0, new GatewayMetrics(health), health, {
+    hostNames: ["gw-1.plant.example", "Scada.Plant.Example."],
+  });
   port = (server.address() as AddressInfo).port;
 });
 afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));

@@ -13,11 +13,32 @@ function setup(expiry: "hold" | "safe" = "safe") {
     gatewayId: "gw",
     version: "1.2.3",
     clock,
-    actuators: [{ id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry, points: [{ name: "position", unit: "%", writable: true }] }],
-    facts: { brokerConnected: () => true, buses: () => [{ name: "sim", up: true }], auditLag: () => ({ records: 2, oldestMs: 3.4, commits: 7 }), journalProblem: () => null, healthProblem: () => null },
+    actuators: [
+      { id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry, points: [{ name: "position", unit: "%", writable: true }] },
+    ],
+    facts: {
+      brokerConnected: () => true,
+      buses: () => [{ name: "sim", up: true }],
+      auditLag: () => ({ records: 2, oldestMs: 3.4, commits: 7 }),
+      journalProblem: () => null,
+      healthProblem: () => null,
+    },
   });
   const event = (e: CoreEvent) => board.event("valve-1", { ...e, at: new Date(0) });
-  const view = (patch: Partial<StateView> = {}): StateView => ({ actuator: "valve-1", online: true, lease: null, fence: { token: 0, seq: null }, points: {}, pointsAgeMs: null, gateway: "gw", safeWrite: null, pointFaults: {}, problem: null, at: new Date(0), ...patch });
+  const view = (patch: Partial<StateView> = {}): StateView => ({
+    actuator: "valve-1",
+    online: true,
+    lease: null,
+    fence: { token: 0, seq: null },
+    points: {},
+    pointsAgeMs: null,
+    gateway: "gw",
+    safeWrite: null,
+    pointFaults: {},
+    problem: null,
+    at: new Date(0),
+    ...patch,
+  });
   return { clock, board, event, view };
 }
 
@@ -87,7 +108,9 @@ describe("StatusBoard", () => {
     const changes: unknown[] = [];
     board.subscribe((c) => changes.push(c));
     board.state(view({ points: { position: 5 }, pointFaults: {}, problem: null }));
-    board.state(view({ points: {}, pointsAgeMs: 1500, pointFaults: { position: "NaN" }, problem: "the device answers with malformed frames" }));
+    board.state(
+      view({ points: {}, pointsAgeMs: 1500, pointFaults: { position: "NaN" }, problem: "the device answers with malformed frames" }),
+    );
     expect(changes).toHaveLength(2);
     expect(board.actuator("valve-1")).toMatchObject({
       gateway: "gw",

@@ -125,7 +125,8 @@ describe("status page endpoints, bad input", () => {
 
   it("serves a page of the audit trail, newest first, with a cursor to the next", async () => {
     const { lease } = await ctl.acquire("valve-1", 30_000);
-    for (let seq = 1; seq <= 5; seq++) expect(await ctl.command("valve-1", lease.token, seq, { position: seq })).toMatchObject({ ok: true });
+    for (let seq = 1; seq <= 5; seq++)
+      expect(await ctl.command("valve-1", lease.token, seq, { position: seq })).toMatchObject({ ok: true });
     const first = JSON.parse((await get(`${base}/api/actuators/valve-1/audit?limit=3&holder=ops-1`)).body);
     expect(first.entries.map((e: { seq: number }) => e.seq)).toEqual([5, 4, 3]);
     const second = JSON.parse((await get(`${base}/api/actuators/valve-1/audit?limit=3&holder=ops-1&before=${first.nextBefore}`)).body);
@@ -149,7 +150,8 @@ describe("status page endpoints, bad input", () => {
       for (const s of opened) s.close();
     }
     // A closed stream frees its place.
-    for (let i = 0; i < 50 && JSON.parse((await get(`${base}/api/status`)).body).streams.open > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    for (let i = 0; i < 50 && JSON.parse((await get(`${base}/api/status`)).body).streams.open > 0; i++)
+      await new Promise((r) => setTimeout(r, 20));
     const again = await stream(`${base}/api/events`);
     expect(again.status).toBe(200);
     again.close();
@@ -165,7 +167,14 @@ describe("status page endpoints, bad input", () => {
     expect(await ctl.command("valve-2", lease.token, 1, { position: 5 })).toMatchObject({ ok: false, error: { code: "BAD_SIGNATURE" } });
     await new Promise((r) => setTimeout(r, 400));
     feed.close();
-    const everything = [feed.text(), ...(await Promise.all(["/", "/status.js", "/status.css", "/api/status", "/api/actuators/valve-2/audit", "/metrics", "/healthz"].map(async (p) => (await get(`${base}${p}`)).body)))].join("\n");
+    const everything = [
+      feed.text(),
+      ...(await Promise.all(
+        ["/", "/status.js", "/status.css", "/api/status", "/api/actuators/valve-2/audit", "/metrics", "/healthz"].map(
+          async (p) => (await get(`${base}${p}`)).body,
+        ),
+      )),
+    ].join("\n");
     expect(everything).toContain('"holder":"ops-1"');
     expect(everything).toContain("BAD_SIGNATURE");
     expect(everything).not.toContain(secret);
@@ -183,13 +192,29 @@ function board() {
     version: "0",
     clock,
     actuators: [{ id: "valve-1", bus: "sim", unit: 1, profile: "fenced", expiry: "hold", points: [] }],
-    facts: { brokerConnected: () => true, buses: () => [], auditLag: () => ({ records: 0, oldestMs: 0, commits: 0 }), journalProblem: () => null, healthProblem: () => null },
+    facts: {
+      brokerConnected: () => true,
+      buses: () => [],
+      auditLag: () => ({ records: 0, oldestMs: 0, commits: 0 }),
+      journalProblem: () => null,
+      healthProblem: () => null,
+    },
   });
 }
 
-const health: HealthSource = { problem: () => null, details: () => ({}), queueDepths: () => [], linkStates: () => [], pointFaults: () => [], journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }) };
+const health: HealthSource = {
+  problem: () => null,
+  details: () => ({}),
+  queueDepths: () => [],
+  linkStates: () => [],
+  pointFaults: () => [],
+  journalLag: () => ({ records: 0, oldestMs: 0, commits: 0 }),
+};
 
-async function serve(b: StatusBoard, options: { auth?: { token: string } | { username: string; password: string }; maxStreamBufferBytes?: number } = {}) {
+async function serve(
+  b: StatusBoard,
+  options: { auth?: { token: string } | { username: string; password: string }; maxStreamBufferBytes?: number } = {},
+) {
   const routes = new StatusRoutes({
     board: b,
     openAudit: () => AuditReader.open("/nonexistent/journal.db"),
@@ -272,7 +297,9 @@ describe("status page event streams and credentials, in process", () => {
 
   it("says what to change when the port is taken", async () => {
     const s = await serve(board());
-    await expect(serveHttp("127.0.0.1", s.port, new GatewayMetrics(health), health)).rejects.toThrow(`port ${s.port} on 127.0.0.1 (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`);
+    await expect(serveHttp("127.0.0.1", s.port, new GatewayMetrics(health), health)).rejects.toThrow(
+      `port ${s.port} on 127.0.0.1 (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`,
+    );
     await s.close();
   });
 });

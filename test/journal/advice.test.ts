@@ -64,20 +64,41 @@ function stopped(): string {
 /** `fencegate ARGS` with `dir` mounted read-only for it alone (a mount namespace of its own). */
 function onReadOnly(dir: string, args: string[]) {
   const command = [process.execPath, FENCEGATE_BIN, ...args].map((a) => `'${a}'`).join(" ");
-  const run = spawnSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", `mount --bind '${dir}' '${dir}' && mount -o remount,bind,ro '${dir}' && exec ${command}`], { encoding: "utf8", timeout: 60_000 });
+  const run = spawnSync(
+    "unshare",
+    [
+      "--mount",
+      "--propagation",
+      "private",
+      "sh",
+      "-c",
+      `mount --bind '${dir}' '${dir}' && mount -o remount,bind,ro '${dir}' && exec ${command}`,
+    ],
+    { encoding: "utf8", timeout: 60_000 },
+  );
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
 function configFor(journal: string): string {
   const file = path.join(newDir(), "gateway.yaml");
-  fs.writeFileSync(file, stringify(gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1", journalPath: journal, buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "s", 1)] })));
+  fs.writeFileSync(
+    file,
+    stringify(
+      gatewayConfig({
+        brokerUrl: "mqtt://127.0.0.1:1",
+        journalPath: journal,
+        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
+        actuators: [valve("valve-1", "s", 1)],
+      }),
+    ),
+  );
   return file;
 }
 
 describe("a damaged mark", () => {
   it("after a crash with the -wal intact: remove the mark, never restore; removing it keeps every token", () => {
     const file = crashed();
-    fs.writeFileSync(markPath(file), "{\"format\":1,\"gener");
+    fs.writeFileSync(markPath(file), '{"format":1,"gener');
     const e = refusal(file, 8);
     expect(e.message).toMatch(/the -wal beside it is there/i);
     expect(e.message).toContain(`remove ${markPath(file)}`);
@@ -111,7 +132,11 @@ describe("a read-only filesystem", () => {
     const file = stopped();
     const run = onReadOnly(path.dirname(file), ["daemon", "--config", configFor(file), "--log-format", "json"]);
     expect(run.code).toBe(74);
-    const fatal = run.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l)).find((l) => l.level === 60);
+    const fatal = run.stdout
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+      .find((l) => l.level === 60);
     expect(fatal.msg).toContain("the filesystem is read-only: check the card and the mount");
     expect(fatal.msg).not.toMatch(/restore|move it/i);
   });

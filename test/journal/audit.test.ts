@@ -40,8 +40,14 @@ function schemaOneJournal(file: string): void {
 }
 
 const grant = (token: number, holder = "a") => ({ actuator: "valve-1", record: { type: "granted" as const, holder, token } });
-const intent = (token: number, seq: number, holder = "a") => ({ actuator: "valve-1", record: { type: "intent" as const, holder, token, seq, set: { position: seq } } });
-const applied = (token: number, seq: number) => ({ actuator: "valve-1", record: { type: "outcome" as const, token, seq, outcome: { kind: "applied" as const, applied: { position: seq } } } });
+const intent = (token: number, seq: number, holder = "a") => ({
+  actuator: "valve-1",
+  record: { type: "intent" as const, holder, token, seq, set: { position: seq } },
+});
+const applied = (token: number, seq: number) => ({
+  actuator: "valve-1",
+  record: { type: "outcome" as const, token, seq, outcome: { kind: "applied" as const, applied: { position: seq } } },
+});
 
 describe("audit trail", () => {
   it("reads a schema 1 journal (no times), and the daemon migrates it to schema 3 keeping every record", () => {
@@ -86,7 +92,9 @@ describe("audit trail", () => {
     expect(held.prepare("SELECT count(*) AS n FROM commands").get()).toEqual({ n: 0 });
     const page = reader.page({ actuator: "valve-1", limit: 5, outcome: "applied", holder: "a" });
     expect(page.entries.map((e) => e.seq)).toEqual([20, 19, 18, 17, 16]);
-    expect(reader.page({ actuator: "valve-1", limit: 5, before: page.nextBefore! }).entries.map((e) => e.seq)).toEqual([15, 14, 13, 12, 11]);
+    expect(reader.page({ actuator: "valve-1", limit: 5, before: page.nextBefore! }).entries.map((e) => e.seq)).toEqual([
+      15, 14, 13, 12, 11,
+    ]);
     held.exec("COMMIT");
     held.close();
     reader.close();
@@ -97,13 +105,23 @@ describe("audit trail", () => {
   it("a reader after a crash leaves the journal as the crash did: the daemon starts on it again", () => {
     const file = newPath();
     // A gateway that commits and dies without closing: the -wal holds its commits, the mark says open.
-    const child = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", `
+    const child = spawnSync(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "--input-type=module",
+        "-e",
+        `
       const { openSqliteJournal } = await import(${JSON.stringify(SQLITE_MODULE)});
       const j = openSqliteJournal({ path: ${JSON.stringify(file)}, recentLimit: 10 });
       j.load();
       j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "a", token: 7 } }]);
       process.exit(0);
-    `], { encoding: "utf8" });
+    `,
+      ],
+      { encoding: "utf8" },
+    );
     expect(child.status, child.stderr).toBe(0);
     expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
     const reader = AuditReader.open(file);

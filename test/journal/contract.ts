@@ -77,7 +77,12 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       const { store, journal } = start();
       journal.commit(on("v1", granted(1)));
       journal.commit(on("v1", granted(2, "ctl-b")));
-      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 2, lastGrantHolder: "ctl-b", fence: { token: 2, seq: null }, recent: [] });
+      expect(restart(store, journal).loaded.get("v1")).toEqual({
+        highestGranted: 2,
+        lastGrantHolder: "ctl-b",
+        fence: { token: 2, seq: null },
+        recent: [],
+      });
     });
 
     it("remembers who was granted the highest token; a token learned from a device has no holder", () => {
@@ -113,7 +118,9 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
       const { store, journal } = start();
       journal.commit(on("v1", granted(1), intent(1, 0), outcome(1, 0, APPLIED)));
       journal.commit(on("v1", outcome(1, 0, REJECTED), outcome(1, 7, REJECTED)));
-      expect(restart(store, journal).loaded.get("v1")?.recent).toEqual([{ holder: "ctl-a", token: 1, seq: 0, set: { position: 0 }, outcome: APPLIED }]);
+      expect(restart(store, journal).loaded.get("v1")?.recent).toEqual([
+        { holder: "ctl-a", token: 1, seq: 0, set: { position: 0 }, outcome: APPLIED },
+      ]);
     });
 
     it("keeps only the newest recentLimit commands per actuator", () => {
@@ -185,7 +192,12 @@ export function journalContract(name: string, makeStore: (recentLimit: number) =
         expect(() => journal.commit(on("v1", granted(2), intent(2, 0), record))).toThrow(RangeError);
       }
       expect(() => journal.commit([{ actuator: "", record: granted(3) }])).toThrow(RangeError);
-      expect(restart(store, journal).loaded.get("v1")).toEqual({ highestGranted: 1, lastGrantHolder: "ctl-a", fence: { token: 1, seq: null }, recent: [] });
+      expect(restart(store, journal).loaded.get("v1")).toEqual({
+        highestGranted: 1,
+        lastGrantHolder: "ctl-a",
+        fence: { token: 1, seq: null },
+        recent: [],
+      });
     });
 
     it("refuses commit before load and after close", () => {
@@ -240,7 +252,10 @@ const arbitraryCount = fc.oneof(
   { weight: 8, arbitrary: fc.integer({ min: 0, max: 6 }) },
   { weight: 1, arbitrary: fc.constantFrom(2 ** 31, 2 ** 32 + 1, MAX - 1, MAX) },
 );
-const arbitraryValue = fc.oneof(fc.integer({ min: -1000, max: 1000 }), fc.double({ noNaN: true, noDefaultInfinity: true }).filter((x) => !Object.is(x, -0)));
+const arbitraryValue = fc.oneof(
+  fc.integer({ min: -1000, max: 1000 }),
+  fc.double({ noNaN: true, noDefaultInfinity: true }).filter((x) => !Object.is(x, -0)),
+);
 const arbitraryPoints = fc.dictionary(fc.constantFrom("position", "speed", "mode"), arbitraryValue, { maxKeys: 3 });
 const arbitraryOutcome: fc.Arbitrary<Outcome> = fc.oneof(
   arbitraryPoints.map((applied): Outcome => ({ kind: "applied", applied })),
@@ -253,13 +268,25 @@ const arbitraryOutcome: fc.Arbitrary<Outcome> = fc.oneof(
 const arbitraryHolder = fc.constantFrom("ctl-a", "ctl-b", "@gateway");
 const arbitraryRecord: fc.Arbitrary<JournalRecord> = fc.oneof(
   fc.record({ type: fc.constant("granted" as const), holder: arbitraryHolder, token: arbitraryCount }),
-  fc.record({ type: fc.constant("intent" as const), holder: arbitraryHolder, token: arbitraryCount, seq: arbitraryCount, set: arbitraryPoints }),
+  fc.record({
+    type: fc.constant("intent" as const),
+    holder: arbitraryHolder,
+    token: arbitraryCount,
+    seq: arbitraryCount,
+    set: arbitraryPoints,
+  }),
   fc.record({ type: fc.constant("outcome" as const), token: arbitraryCount, seq: arbitraryCount, outcome: arbitraryOutcome }),
   fc.record({ type: fc.constant("fenceObserved" as const), token: arbitraryCount, seq: fc.option(arbitraryCount) }),
 );
-const arbitraryEntry: fc.Arbitrary<JournalEntry> = fc.record({ actuator: fc.constantFrom("v1", "v2", "damper-3"), record: arbitraryRecord });
+const arbitraryEntry: fc.Arbitrary<JournalEntry> = fc.record({
+  actuator: fc.constantFrom("v1", "v2", "damper-3"),
+  record: arbitraryRecord,
+});
 const arbitrarySession: fc.Arbitrary<(readonly JournalEntry[] | "reopen")[]> = fc.array(
-  fc.oneof({ weight: 6, arbitrary: fc.array(arbitraryEntry, { minLength: 1, maxLength: 5 }) }, { weight: 1, arbitrary: fc.constant("reopen" as const) }),
+  fc.oneof(
+    { weight: 6, arbitrary: fc.array(arbitraryEntry, { minLength: 1, maxLength: 5 }) },
+    { weight: 1, arbitrary: fc.constant("reopen" as const) },
+  ),
   { maxLength: 14 },
 );
 const arbitraryRecentLimit = fc.integer({ min: 0, max: 4 });

@@ -25,7 +25,8 @@ const MAX_COMMITS = 50_000; // a bound, far beyond what a run reaches before its
 const PIPELINE = 4;
 
 const [file, seedText, limitText, mode] = process.argv.slice(2);
-if (file === undefined || seedText === undefined || limitText === undefined) throw new Error("usage: crash-child.ts <journal> <seed> <recentLimit>");
+if (file === undefined || seedText === undefined || limitText === undefined)
+  throw new Error("usage: crash-child.ts <journal> <seed> <recentLimit>");
 const recentLimit = Number(limitText);
 const random = mulberry32(Number(seedText));
 const say = (message: object): void => {

@@ -62,7 +62,14 @@ beforeAll(async () => {
     fs.mkdirSync(path.join(repo, "tmp"), { recursive: true });
     bundleDir = fs.mkdtempSync(path.join(repo, "tmp", "crash-child-"));
     const outfile = path.join(bundleDir, "crash-child.mjs");
-    const common: import("esbuild").BuildOptions = { bundle: true, platform: "node", format: "esm", target: "node20", external: ["better-sqlite3"], logLevel: "error" };
+    const common: import("esbuild").BuildOptions = {
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      target: "node20",
+      external: ["better-sqlite3"],
+      logLevel: "error",
+    };
     esbuild.buildSync({ ...common, entryPoints: [child], outfile });
     childArgs = [outfile];
     childKind = "esbuild bundle";
@@ -85,7 +92,11 @@ interface Run {
 function runChild(mode: Mode, file: string, seed: number, killAfterMs: number, duringLoad: boolean): Promise<Run> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const p = spawn(process.execPath, [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "pipelined" ? ["pipelined"] : [])], { cwd: repo, stdio: ["ignore", "pipe", "pipe"] });
+    const p = spawn(
+      process.execPath,
+      [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "pipelined" ? ["pipelined"] : [])],
+      { cwd: repo, stdio: ["ignore", "pipe", "pipe"] },
+    );
     const committed: JournalEntry[][] = [];
     const pending: JournalEntry[][] = [];
     let startupMs = Number.NaN;
@@ -164,7 +175,9 @@ async function lane(mode: Mode, n: number, kills: number, firstSeed: number): Pr
       allowed.push(restartAll(folded));
     }
     const context = `${mode}, lane ${n}, seed ${seed}, kill after ${killAfterMs} ms, ${run.committed.length} commits reported, ${run.pending.length} in flight`;
-    expect(allowed, `${context}: the journal is neither what was committed nor that plus a prefix of the commits in flight`).toContainEqual(after);
+    expect(allowed, `${context}: the journal is neither what was committed nor that plus a prefix of the commits in flight`).toContainEqual(
+      after,
+    );
     if (allowed.length > 1) inFlightMadeIt[mode] += allowed.slice(1).some((a) => isDeepStrictEqual(after, a)) ? 1 : 0;
     for (const [id, was] of before) {
       const now = after.get(id);
@@ -186,7 +199,10 @@ describe.each(["sync", "pipelined"] as const)("SqliteJournal under SIGKILL, comm
     expect(runs.length).toBeGreaterThanOrEqual(KILLS);
     const commits = runs.map((r) => r.committed.length);
     const midCommit = runs.filter((r) => r.pending.length > 0).length;
-    const startup = runs.map((r) => r.startupMs).filter(Number.isFinite).sort((a, b) => a - b);
+    const startup = runs
+      .map((r) => r.startupMs)
+      .filter(Number.isFinite)
+      .sort((a, b) => a - b);
     console.log(
       `crash test (${mode}): seed ${base}, ${runs.length} kills, ${commits.reduce((a, b) => a + b, 0)} commits reported, ` +
         `${midCommit} kills with a commit in flight (in ${inFlightMadeIt[mode]} of them some were durable), child (${childKind}) start-up median ${startup[startup.length >> 1]?.toFixed(0)} ms`,

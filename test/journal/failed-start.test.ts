@@ -50,7 +50,17 @@ describe("a start that fails", () => {
     const dir = newDir();
     const config = path.join(newDir(), "gateway.yaml");
     const journal = path.join(dir, "journal.db");
-    fs.writeFileSync(config, stringify(gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1", journalPath: journal, buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "s", 1)] })));
+    fs.writeFileSync(
+      config,
+      stringify(
+        gatewayConfig({
+          brokerUrl: "mqtt://127.0.0.1:1",
+          journalPath: journal,
+          buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
+          actuators: [valve("valve-1", "s", 1)],
+        }),
+      ),
+    );
     const stash = crashedInto(newDir(), 3);
     const q = (s: string) => `'${s}'`;
     const fencegate = (...args: string[]) => [process.execPath, FENCEGATE_BIN, ...args].map(q).join(" ");
@@ -66,7 +76,10 @@ describe("a start that fails", () => {
     const run = spawnSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", script], { encoding: "utf8", timeout: 90_000 });
     const lines = run.stdout.split("\n").filter(Boolean);
     expect(lines).toContain("daemon-exit 74");
-    const fatal = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l)).find((l) => l.level === 60);
+    const fatal = lines
+      .filter((l) => l.startsWith("{"))
+      .map((l) => JSON.parse(l))
+      .find((l) => l.level === 60);
     expect(fatal.msg).toContain("the disk is full: free space and start again");
     expect(fatal.msg).not.toMatch(/restore|move it/i);
     expect(JSON.parse(lines.at(-1)!)).toMatchObject({ lost: null, raised: [] });

@@ -14,7 +14,10 @@ import type { Clock, Journal, JournalEntry, JournalWriter, Scheduler } from "../
 
 const entry = (seq: number, actuator = "v1"): JournalEntry => ({ actuator, record: { type: "fenceObserved", token: 1, seq } });
 /** A command's intent: an audit record. */
-const audited = (seq: number, actuator = "v1"): JournalEntry => ({ actuator, record: { type: "intent", holder: "a", token: 1, seq, set: { position: seq } } });
+const audited = (seq: number, actuator = "v1"): JournalEntry => ({
+  actuator,
+  record: { type: "intent", holder: "a", token: 1, seq, set: { position: seq } },
+});
 
 class ManualWriter implements Journal, JournalWriter {
   /** Each batch sent: its records as seqs (an audit record's as "a<seq>"). */
@@ -28,7 +31,13 @@ class ManualWriter implements Journal, JournalWriter {
   close(): void {}
   commitAsync(entries: readonly JournalEntry[]): Promise<void> {
     return new Promise((resolve, reject) => {
-      this.batches.push({ seqs: entries.map((e) => (e.record.type === "fenceObserved" ? e.record.seq! : e.record.type === "intent" ? `a${e.record.seq}` : -1)), resolve, reject });
+      this.batches.push({
+        seqs: entries.map((e) =>
+          e.record.type === "fenceObserved" ? e.record.seq! : e.record.type === "intent" ? `a${e.record.seq}` : -1,
+        ),
+        resolve,
+        reject,
+      });
     });
   }
 }
@@ -58,7 +67,10 @@ describe("GroupCommitter over an asynchronous writer", () => {
     await turn();
     await turn();
     expect(done).toEqual([0, 1]);
-    expect(w.batches.map((b) => b.seqs)).toEqual([[0, 1], [2, 3]]);
+    expect(w.batches.map((b) => b.seqs)).toEqual([
+      [0, 1],
+      [2, 3],
+    ]);
     expect(gc.commits).toBe(1);
     w.batches[1]!.resolve();
     await gc.idle();
@@ -283,7 +295,9 @@ describe("GroupCommitter: the asynchronous audit trail", () => {
     expect(gc.saturatedFor("v1")).toBe(true); // at its share
     expect(gc.saturatedFor("v2")).toBe(false);
     expect(gc.saturated).toBe(false); // 5 of 8
-    expect(gc.saturation()).toBe("the journal is 5 records behind: v1 holds its share of journal.auditQueueLimit (4 records each), and its commands are refused (OVERLOADED) until the disk catches up");
+    expect(gc.saturation()).toBe(
+      "the journal is 5 records behind: v1 holds its share of journal.auditQueueLimit (4 records each), and its commands are refused (OVERLOADED) until the disk catches up",
+    );
     w.batches[0]!.resolve();
     await turn();
     expect(gc.backlogOf("v1")).toBe(1);

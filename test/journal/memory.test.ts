@@ -22,6 +22,10 @@ describe("MemoryJournal.crash", () => {
     const after = journal.crash();
     expect(after.fresh).toBe(false);
     expect(() => journal.commit([])).toThrow(/crashed/);
-    expect(after.load().get("v1")).toMatchObject({ highestGranted: 1, fence: { token: 1, seq: 0 }, recent: [{ outcome: { code: "OUTCOME_UNKNOWN" } }] });
+    expect(after.load().get("v1")).toMatchObject({
+      highestGranted: 1,
+      fence: { token: 1, seq: 0 },
+      recent: [{ outcome: { code: "OUTCOME_UNKNOWN" } }],
+    });
   });
 });

@@ -84,7 +84,11 @@ describe("a missing journal", () => {
     const config = configFile(dir, path.join(journalDir, "journal.db"), { createIfMissing: false });
     const run = await fencegate(["daemon", "--config", config, "--log-format", "json"]);
     expect(run.code).toBe(74);
-    const fatal = run.stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l)).find((l) => l.level === 60);
+    const fatal = run.stdout
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+      .find((l) => l.level === 60);
     expect(fatal).toMatchObject({ code: "JOURNAL_MISSING", init: `fencegate journal init --config ${config}` });
     expect(fs.existsSync(journalDir)).toBe(false);
   });
@@ -117,7 +121,12 @@ describe("a missing journal", () => {
 
   it("is created only where the configuration says so: the embedded demo does, a configuration by default does not", () => {
     expect(loadConfigFile(EMBEDDED_CONFIG).journal.createIfMissing).toBe(true);
-    const { journal: _, ...withoutJournal } = gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1883", journalPath: "", buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("v", "s", 1)] });
+    const { journal: _, ...withoutJournal } = gatewayConfig({
+      brokerUrl: "mqtt://127.0.0.1:1883",
+      journalPath: "",
+      buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
+      actuators: [valve("v", "s", 1)],
+    });
     expect(parseConfig(withoutJournal).journal.createIfMissing).toBe(false);
   });
 });

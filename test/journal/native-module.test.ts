@@ -62,7 +62,17 @@ beforeAll(async () => {
   j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "ctl", token: 3 } }]);
   j.close();
   config = path.join(install, "gateway.yaml");
-  fs.writeFileSync(config, stringify(gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1", journalPath: journal, buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "s", 1)] })));
+  fs.writeFileSync(
+    config,
+    stringify(
+      gatewayConfig({
+        brokerUrl: "mqtt://127.0.0.1:1",
+        journalPath: journal,
+        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
+        actuators: [valve("valve-1", "s", 1)],
+      }),
+    ),
+  );
 }, 120_000);
 
 afterAll(() => install && fs.rmSync(install, { recursive: true, force: true }));
@@ -72,7 +82,8 @@ function fencegate(args: string[]) {
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
-const SENTENCE = () => `better-sqlite3 was built for Node ${OTHER_NODE} (NODE_MODULE_VERSION ${OTHER_ABI}), and this is Node ${process.versions.node} (${process.versions.modules}): run \`npm rebuild\` in ${install}`;
+const SENTENCE = () =>
+  `better-sqlite3 was built for Node ${OTHER_NODE} (NODE_MODULE_VERSION ${OTHER_ABI}), and this is Node ${process.versions.node} (${process.versions.modules}): run \`npm rebuild\` in ${install}`;
 
 describe("better-sqlite3 built for another Node", () => {
   it("stops the daemon with exit 78 and the directory to run npm rebuild in, the journal untouched", () => {
@@ -92,8 +103,14 @@ describe("better-sqlite3 built for another Node", () => {
 
   it("is what `fencegate doctor` says for the journal, with the rebuild as the fix", () => {
     const run = fencegate(["doctor", "--config", config, "--json"]);
-    const journalFinding = (JSON.parse(run.stdout) as { findings: { check: string; status: string; message: string; fix?: string }[] }).findings.find((f) => f.check === "journal");
-    expect(journalFinding).toMatchObject({ status: "fail", message: expect.stringContaining(SENTENCE()), fix: expect.stringContaining(`npm rebuild`) });
+    const journalFinding = (
+      JSON.parse(run.stdout) as { findings: { check: string; status: string; message: string; fix?: string }[] }
+    ).findings.find((f) => f.check === "journal");
+    expect(journalFinding).toMatchObject({
+      status: "fail",
+      message: expect.stringContaining(SENTENCE()),
+      fix: expect.stringContaining(`npm rebuild`),
+    });
     expect(journalFinding!.fix).not.toMatch(/restore/i);
   });
 });

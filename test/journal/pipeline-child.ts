@@ -25,7 +25,8 @@ import { DEFAULT_AUDIT_BOUNDS } from "../../src/shell/group-commit.ts";
 import type { DevicePort, OutboundReply } from "../../src/shell/ports.ts";
 
 const [file, roundsText, commandsText] = process.argv.slice(2);
-if (file === undefined || roundsText === undefined || commandsText === undefined) throw new Error("usage: pipeline-child.ts <journal> <rounds> <commands>");
+if (file === undefined || roundsText === undefined || commandsText === undefined)
+  throw new Error("usage: pipeline-child.ts <journal> <rounds> <commands>");
 const ACTUATOR = "valve-1";
 /** About one Modbus RTU transaction at 19200 baud. */
 const DEVICE_MS = 3;

@@ -26,7 +26,17 @@ function installation(): { config: string; journal: string } {
   j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "ctl", token: 5 } }]);
   j.close();
   const config = path.join(dir, "gateway.yaml");
-  fs.writeFileSync(config, stringify(gatewayConfig({ brokerUrl: "mqtt://127.0.0.1:1", journalPath: journal, buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } }, actuators: [valve("valve-1", "s", 1)] })));
+  fs.writeFileSync(
+    config,
+    stringify(
+      gatewayConfig({
+        brokerUrl: "mqtt://127.0.0.1:1",
+        journalPath: journal,
+        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
+        actuators: [valve("valve-1", "s", 1)],
+      }),
+    ),
+  );
   return { config, journal };
 }
 

@@ -170,7 +170,13 @@ describe("SqliteJournal.commitAsync", () => {
   // which SQLite's WAL locking for readers does not meet; a second opener is still refused.
   it("runs WAL with synchronous=NORMAL and its own fdatasync of the -wal, under the exclusive writer lock", () => {
     const { file, journal } = started();
-    expect(journal.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "normal", writerLock: path.join(fs.realpathSync(path.dirname(file)), path.basename(file)) });
+    expect(journal.settings()).toMatchObject({
+      journalMode: "wal",
+      synchronous: 1,
+      walFdatasync: true,
+      lockingMode: "normal",
+      writerLock: path.join(fs.realpathSync(path.dirname(file)), path.basename(file)),
+    });
     expect(() => openSqliteJournal({ path: file, recentLimit: 10, busyTimeoutMs: 50 }).load()).toThrow(/in use by another process/);
     journal.close();
   });

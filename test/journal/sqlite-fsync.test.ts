@@ -30,7 +30,17 @@ afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
 const COMMITS = 30;
 const CHECKPOINT_EVERY = 7;
 
-type Kind = "marker" | "walWrite" | "walCommitFrame" | "dbWrite" | "walSyncStart" | "walSyncEnd" | "dbSyncStart" | "dbSyncEnd" | "otherSyncStart" | "otherSyncEnd";
+type Kind =
+  | "marker"
+  | "walWrite"
+  | "walCommitFrame"
+  | "dbWrite"
+  | "walSyncStart"
+  | "walSyncEnd"
+  | "dbSyncStart"
+  | "dbSyncEnd"
+  | "otherSyncStart"
+  | "otherSyncEnd";
 interface Call {
   readonly kind: Kind;
   readonly text?: string;
@@ -100,7 +110,21 @@ function traceChild(child: string, args: readonly number[]): Call[] {
   const out = path.join(dir, "trace.txt");
   const run = spawnSync(
     "strace",
-    ["-f", "-y", "-qq", "-o", out, "-e", "trace=write,pwrite64,fdatasync", process.execPath, "--import", "tsx", path.join(here, child), path.join(dir, "journal.db"), ...args.map(String)],
+    [
+      "-f",
+      "-y",
+      "-qq",
+      "-o",
+      out,
+      "-e",
+      "trace=write,pwrite64,fdatasync",
+      process.execPath,
+      "--import",
+      "tsx",
+      path.join(here, child),
+      path.join(dir, "journal.db"),
+      ...args.map(String),
+    ],
     { cwd: path.resolve(here, "../.."), encoding: "utf8", timeout: 60_000 },
   );
   if (run.error) throw new Error(`strace could not run (${run.error.message}); .ci/run installs it (apt-get install strace)`);
@@ -178,7 +202,10 @@ describe.skipIf(PTRACE_BLOCKED)("SqliteJournal durability, traced (skipped where
       const lastWrite = commitFrames[k]!;
       expect(lastWrite, `commit ${k} written after it was made and before it was reported durable`).toBeGreaterThan(pending);
       expect(lastWrite).toBeLessThan(durable);
-      expect(walSyncedBetween(trace, lastWrite, durable), `commit ${k}: an fdatasync of the -wal started after its last write and returned before it was reported durable`).toBe(true);
+      expect(
+        walSyncedBetween(trace, lastWrite, durable),
+        `commit ${k}: an fdatasync of the -wal started after its last write and returned before it was reported durable`,
+      ).toBe(true);
     }
   });
 
@@ -189,14 +216,20 @@ describe.skipIf(PTRACE_BLOCKED)("SqliteJournal durability, traced (skipped where
     for (const start of dbSyncs) {
       const end = trace.findIndex((c, i) => i > start && c.kind === "dbSyncEnd");
       expect(end, "the database file's fdatasync returned").toBeGreaterThan(start);
-      expect(trace.slice(start, end).some((c) => c.kind === "walWrite" || c.kind === "walCommitFrame"), "a -wal write while the database file's fdatasync ran").toBe(false);
+      expect(
+        trace.slice(start, end).some((c) => c.kind === "walWrite" || c.kind === "walCommitFrame"),
+        "a -wal write while the database file's fdatasync ran",
+      ).toBe(false);
       // The copy into the database file just before this sync: every -wal write before it was synced first.
       const copy = trace.findLastIndex((c, i) => i < start && c.kind === "dbWrite");
       expect(copy, "the checkpoint's copy into the database file").toBeGreaterThanOrEqual(0);
       const firstCopy = trace.findLastIndex((c, i) => i < copy && c.kind !== "dbWrite") + 1;
       const lastWalWrite = trace.findLastIndex((c, i) => i < firstCopy && (c.kind === "walWrite" || c.kind === "walCommitFrame"));
       const syncedAfter = trace.slice(lastWalWrite + 1, firstCopy);
-      expect(syncedAfter.some((c) => c.kind === "walSyncEnd"), "the -wal synced between its last write and the checkpoint's copy").toBe(true);
+      expect(
+        syncedAfter.some((c) => c.kind === "walSyncEnd"),
+        "the -wal synced between its last write and the checkpoint's copy",
+      ).toBe(true);
     }
   });
 });
@@ -218,7 +251,10 @@ describe.skipIf(PTRACE_BLOCKED)("the gateway's pipeline on the real journal, tra
       // run): the last commit written in it is the grant's (with the audit records before it).
       const grantWrite = trace.findLastIndex((c, i) => i > asked && i < granted && c.kind === "walCommitFrame");
       expect(grantWrite, `grant ${r}: its record written to the -wal before its reply`).toBeGreaterThan(asked);
-      expect(walSyncedBetween(trace, grantWrite, granted), `grant ${r}: an fdatasync of the -wal started after its record was written and returned before its reply`).toBe(true);
+      expect(
+        walSyncedBetween(trace, grantWrite, granted),
+        `grant ${r}: an fdatasync of the -wal started after its record was written and returned before its reply`,
+      ).toBe(true);
     }
   });
 
@@ -232,7 +268,10 @@ describe.skipIf(PTRACE_BLOCKED)("the gateway's pipeline on the real journal, tra
         expect(trace[replied]?.text, `command ${r}.${c} replied`).toBe(`reply ${r}.${c} applied`);
         expect(replied).toBeGreaterThan(arrived);
         const syncs = trace.slice(arrived, replied).filter((call) => call.kind.includes("Sync"));
-        expect(syncs.map((call) => call.kind), `command ${r}.${c}: fdatasync calls between its arrival and its reply`).toEqual([]);
+        expect(
+          syncs.map((call) => call.kind),
+          `command ${r}.${c}: fdatasync calls between its arrival and its reply`,
+        ).toEqual([]);
       }
     }
   });
@@ -245,6 +284,8 @@ describe.skipIf(PTRACE_BLOCKED)("the gateway's pipeline on the real journal, tra
     expect(drained).toBeGreaterThan(drain);
     const auditWrite = trace.findLastIndex((c, i) => i > drain && i < drained && c.kind === "walCommitFrame");
     expect(auditWrite, "the audit records written to the -wal during the drain").toBeGreaterThan(drain);
-    expect(walSyncedBetween(trace, auditWrite, drained), "an fdatasync of the -wal after they were written, before the drain ended").toBe(true);
+    expect(walSyncedBetween(trace, auditWrite, drained), "an fdatasync of the -wal after they were written, before the drain ended").toBe(
+      true,
+    );
   });
 });

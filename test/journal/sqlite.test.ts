@@ -51,7 +51,15 @@ describe("SqliteJournal", () => {
   it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, the writer lock and the schema version", () => {
     const file = newPath();
     const j = openSqliteJournal({ path: file, recentLimit: 4, busyTimeoutMs: 1234 });
-    expect(j.settings()).toMatchObject({ journalMode: "wal", synchronous: 1, walFdatasync: true, lockingMode: "normal", writerLock: path.join(fs.realpathSync(root), path.basename(file)), busyTimeoutMs: 1234, schemaVersion: SCHEMA_VERSION });
+    expect(j.settings()).toMatchObject({
+      journalMode: "wal",
+      synchronous: 1,
+      walFdatasync: true,
+      lockingMode: "normal",
+      writerLock: path.join(fs.realpathSync(root), path.basename(file)),
+      busyTimeoutMs: 1234,
+      schemaVersion: SCHEMA_VERSION,
+    });
     j.close();
   });
 
@@ -69,7 +77,12 @@ describe("SqliteJournal", () => {
   it("trims to a smaller recentLimit on load, keeping the newest", () => {
     const file = writtenJournal();
     const j = openSqliteJournal({ path: file, recentLimit: 1 });
-    expect(j.load().get("v1")?.recent.map((r) => r.seq)).toEqual([1]);
+    expect(
+      j
+        .load()
+        .get("v1")
+        ?.recent.map((r) => r.seq),
+    ).toEqual([1]);
     j.close();
   });
 
@@ -101,7 +114,9 @@ describe("SqliteJournal", () => {
       j.load();
       // Enough rows for several pages, so half the file loses real data.
       for (let seq = 0; seq < 400; seq++) {
-        j.commit([{ actuator: `v${seq % 7}`, record: { type: "intent", holder: "ctl-a".repeat(10), token: 0, seq, set: { position: seq } } }]);
+        j.commit([
+          { actuator: `v${seq % 7}`, record: { type: "intent", holder: "ctl-a".repeat(10), token: 0, seq, set: { position: seq } } },
+        ]);
       }
       j.close();
       const size = fs.statSync(file).size;
@@ -210,8 +225,8 @@ describe("SqliteJournal", () => {
       ["UPDATE actuators SET highest_granted = 9007199254740993", /highest_granted is 9007199254740993, not an integer from 0 to 2\^53-1/],
       ["UPDATE commands SET seq = -1 WHERE seq = 0", /seq is -1/],
       ["UPDATE commands SET set_json = '{\"position\": ' WHERE seq = 0", /set_json is not valid JSON/],
-      ["UPDATE commands SET set_json = '{\"position\": \"high\"}' WHERE seq = 0", /set_json has the wrong shape/],
-      ["UPDATE commands SET outcome_json = '{\"kind\": \"maybe\"}' WHERE seq = 0", /outcome_json has the wrong shape/],
+      ['UPDATE commands SET set_json = \'{"position": "high"}\' WHERE seq = 0', /set_json has the wrong shape/],
+      ['UPDATE commands SET outcome_json = \'{"kind": "maybe"}\' WHERE seq = 0', /outcome_json has the wrong shape/],
       ["UPDATE commands SET actuator = 'ghost' WHERE seq = 0", /"ghost": the actuator has no row/],
     ])("%s", (sql, problem) => {
       const file = writtenJournal();

@@ -70,7 +70,10 @@ describe("JournalThread", () => {
       refused = error;
     }
     expect(refused).toBeInstanceOf(JournalError);
-    expect(refused).toMatchObject({ code: "JOURNAL_UNREADABLE", message: expect.stringMatching(/is in use by another process .*Is another fencegate running on this journal\?/) });
+    expect(refused).toMatchObject({
+      code: "JOURNAL_UNREADABLE",
+      message: expect.stringMatching(/is in use by another process .*Is another fencegate running on this journal\?/),
+    });
   });
 
   it("a record that cannot be stored is refused as a RangeError naming the field, and the journal refuses commits after it", async () => {

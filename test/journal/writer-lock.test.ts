@@ -20,12 +20,18 @@ const newDir = (): string => fs.mkdtempSync(path.join(root, `d${++dirs}-`));
 
 const children: ChildProcess[] = [];
 afterEach(async () => {
-  await Promise.all(children.splice(0).map((c) => new Promise((resolve) => (c.exitCode !== null ? resolve(null) : (c.once("exit", resolve), c.stdin!.end())))));
+  await Promise.all(
+    children
+      .splice(0)
+      .map((c) => new Promise((resolve) => (c.exitCode !== null ? resolve(null) : (c.once("exit", resolve), c.stdin!.end())))),
+  );
 });
 
 /** Another process with `file` open, as a running daemon has it: resolves once it has granted token 1. */
 async function holder(file: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "holder-child.ts"), file], { stdio: ["pipe", "pipe", "inherit"] });
+  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "holder-child.ts"), file], {
+    stdio: ["pipe", "pipe", "inherit"],
+  });
   children.push(child);
   await new Promise<void>((resolve, reject) => {
     child.stdout!.setEncoding("utf8").on("data", (s: string) => s.includes("ready") && resolve());
@@ -47,7 +53,8 @@ describe("the journal's writer lock", () => {
   it("keeps a second gateway off after every other file beside the journal is deleted", async () => {
     const file = path.join(newDir(), "journal.db");
     await holder(file);
-    for (const f of fs.readdirSync(path.dirname(file))) if (!["journal.db", "journal.db-wal", "journal.db-shm", "journal.db-mark"].includes(f)) fs.rmSync(path.join(path.dirname(file), f));
+    for (const f of fs.readdirSync(path.dirname(file)))
+      if (!["journal.db", "journal.db-wal", "journal.db-shm", "journal.db-mark"].includes(f)) fs.rmSync(path.join(path.dirname(file), f));
     expect(refusal(file).message).toMatch(/in use by another process/);
   });
 
@@ -80,7 +87,10 @@ describe("the journal's writer lock", () => {
     openSqliteJournal({ path: file, recentLimit: 8 }).close();
     const link = path.join(newDir(), "journal.db");
     fs.symlinkSync(file, link);
-    expect(refusal(link)).toMatchObject({ code: "JOURNAL_UNREADABLE", message: expect.stringContaining("point journal.path at the file itself") });
+    expect(refusal(link)).toMatchObject({
+      code: "JOURNAL_UNREADABLE",
+      message: expect.stringContaining("point journal.path at the file itself"),
+    });
   });
 
   it("is taken on the real file when the journal's directory is reached through a link", () => {

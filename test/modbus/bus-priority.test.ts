@@ -83,14 +83,25 @@ beforeAll(async () => {
     }),
   );
   bus = new ModbusBus(
-    { name: "line", link: { kind: "rtu", line: { path: pty.master, baudRate: BAUD, parity: "even", stopBits: 1, dataBits: 8 } }, timeoutMs: 1000, reopenMinMs: 50, reopenMaxMs: 200, quietAfterTimeoutMs: 500, offlineAfterFailures: 3, queueLimitPerUnit: 16 },
+    {
+      name: "line",
+      link: { kind: "rtu", line: { path: pty.master, baudRate: BAUD, parity: "even", stopBits: 1, dataBits: 8 } },
+      timeoutMs: 1000,
+      reopenMinMs: 50,
+      reopenMaxMs: 200,
+      quietAfterTimeoutMs: 500,
+      offlineAfterFailures: 3,
+      queueLimitPerUnit: 16,
+    },
     log,
   );
   for (const u of UNITS) bus.addUnit(u);
   const up = new Promise<void>((resolve) => bus!.once("link", () => resolve()));
   bus.start();
   await up;
-  devices = new Map(config.actuators.map((a) => [a.unit, new ModbusDevice({ bus: bus!, unit: a.unit, profile: "fenced", points: a.points })]));
+  devices = new Map(
+    config.actuators.map((a) => [a.unit, new ModbusDevice({ bus: bus!, unit: a.unit, profile: "fenced", points: a.points })]),
+  );
   for (const a of config.actuators) {
     loops.push(
       (async () => {
@@ -115,18 +126,28 @@ afterAll(async () => {
 describe("a command on a line busy with polls", () => {
   it("is the next frame on the wire after the poll in progress, ahead of the 7 other units' polls waiting", async () => {
     // Every unit polled once: its identity is checked, so a command is one FC16.
-    await until(() => UNITS.every((u) => sim!.device(u).keepAlives > 0) && polling.size === 0, { timeoutMs: 10_000, what: "every unit polled once" });
+    await until(() => UNITS.every((u) => sim!.device(u).keepAlives > 0) && polling.size === 0, {
+      timeoutMs: 10_000,
+      what: "every unit polled once",
+    });
     for (let trial = 0; trial < TRIALS; trial++) {
       // The command goes to the unit whose poll is on the wire: round-robin alone would put it behind every other unit's.
       const issued = await new Promise<{ unit: number; at: number; written: Promise<unknown> }>((resolve) => {
         onPollFrame = (frame) => {
           for (const u of UNITS) if (u !== frame.unit) void poll(u);
-          resolve({ unit: frame.unit, at: frames.length, written: devices.get(frame.unit)!.write({ holder: "h", token: 1, seq: trial, set: { position: trial % 100 } }) });
+          resolve({
+            unit: frame.unit,
+            at: frames.length,
+            written: devices.get(frame.unit)!.write({ holder: "h", token: 1, seq: trial, set: { position: trial % 100 } }),
+          });
         };
       });
       expect(await issued.written).toMatchObject({ kind: "applied" });
       const after = frames.slice(issued.at, issued.at + UNITS.length + 1);
-      expect(after[0], `trial ${trial}: the frames after the command was issued were ${JSON.stringify(after)}`).toEqual({ unit: issued.unit, fc: 16 });
+      expect(after[0], `trial ${trial}: the frames after the command was issued were ${JSON.stringify(after)}`).toEqual({
+        unit: issued.unit,
+        fc: 16,
+      });
     }
   });
 });

@@ -22,7 +22,16 @@ afterEach(async () => {
 
 function tcpBus(port: number, timeoutMs = 400): ModbusBus {
   const b = new ModbusBus(
-    { name: "plc", link: { kind: "tcp", host: "127.0.0.1", port }, timeoutMs, reopenMinMs: 50, reopenMaxMs: 100, quietAfterTimeoutMs: 20, offlineAfterFailures: 1, queueLimitPerUnit: 8 },
+    {
+      name: "plc",
+      link: { kind: "tcp", host: "127.0.0.1", port },
+      timeoutMs,
+      reopenMinMs: 50,
+      reopenMaxMs: 100,
+      quietAfterTimeoutMs: 20,
+      offlineAfterFailures: 1,
+      queueLimitPerUnit: 8,
+    },
     log,
   );
   b.addUnit(1);

@@ -3,7 +3,8 @@ import { describe, expect, it } from "vitest";
 import { decodePoint, encodePoint } from "../../src/adapters/modbus/codec.ts";
 import type { PointConfig } from "../../src/config/schema.ts";
 
-const point = (p: Partial<PointConfig>): PointConfig => ({ register: 0, table: "holding", type: "u16", wordOrder: "big", scale: 1, writable: false, min: 0, max: 65_535, ...p }) as PointConfig;
+const point = (p: Partial<PointConfig>): PointConfig =>
+  ({ register: 0, table: "holding", type: "u16", wordOrder: "big", scale: 1, writable: false, min: 0, max: 65_535, ...p }) as PointConfig;
 
 describe("decodePoint", () => {
   it("decodes a scaled u16 without float noise", () => {

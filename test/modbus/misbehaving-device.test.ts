@@ -69,7 +69,10 @@ afterEach(async () => {
 
 type Transport = "tcp" | "rtu";
 
-async function rig(transport: Transport, device: Omit<DeviceOptions, "bus" | "unit"> & Record<string, unknown>): Promise<{ slave: MisbehavingSlave; device: ModbusDevice; bus: ModbusBus }> {
+async function rig(
+  transport: Transport,
+  device: Omit<DeviceOptions, "bus" | "unit"> & Record<string, unknown>,
+): Promise<{ slave: MisbehavingSlave; device: ModbusDevice; bus: ModbusBus }> {
   let link: BusLink;
   if (transport === "tcp") {
     slave = await MisbehavingSlave.tcp();
@@ -78,7 +81,19 @@ async function rig(transport: Transport, device: Omit<DeviceOptions, "bus" | "un
     slave = await MisbehavingSlave.rtu(pty!.device);
     link = { kind: "rtu", line: { path: pty!.master, baudRate: 115_200, parity: "even", stopBits: 1, dataBits: 8 } };
   }
-  bus = new ModbusBus({ name: "t", link, timeoutMs: TIMEOUT_MS, reopenMinMs: 20, reopenMaxMs: 100, quietAfterTimeoutMs: 20, offlineAfterFailures: 2, queueLimitPerUnit: 64 }, log);
+  bus = new ModbusBus(
+    {
+      name: "t",
+      link,
+      timeoutMs: TIMEOUT_MS,
+      reopenMinMs: 20,
+      reopenMaxMs: 100,
+      quietAfterTimeoutMs: 20,
+      offlineAfterFailures: 2,
+      queueLimitPerUnit: 64,
+    },
+    log,
+  );
   bus.addUnit(1);
   const up = new Promise<void>((resolve) => bus!.once("link", () => resolve()));
   bus.start();
@@ -113,13 +128,16 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: exceptions (issue 18 item 1)"
   // 04 failed while acting, 05 accepted and still working, 0B the gateway's target did not
   // answer; 07 and 08 are only defined for programming and file functions; anything outside
   // the standard table (0x2A; 0x46 from a plain device) is unknown.
-  it.each([0x04, 0x05, 0x0b, 0x07, 0x08, 0x2a, 0x46])("a write the device applied and then answered exception %i is OUTCOME_UNKNOWN", async (code) => {
-    const { slave, device } = await plainRig(transport);
-    slave.fault({ fc: 16, apply: true, spoil: exception(code) });
-    const outcome = await device.write(command({ position: 42.5 }));
-    expect(outcome).toMatchObject({ kind: "failed", code: "OUTCOME_UNKNOWN", modbusCode: code });
-    expect(slave.get(0)).toEqual([4250]); // it did act
-  });
+  it.each([0x04, 0x05, 0x0b, 0x07, 0x08, 0x2a, 0x46])(
+    "a write the device applied and then answered exception %i is OUTCOME_UNKNOWN",
+    async (code) => {
+      const { slave, device } = await plainRig(transport);
+      slave.fault({ fc: 16, apply: true, spoil: exception(code) });
+      const outcome = await device.write(command({ position: 42.5 }));
+      expect(outcome).toMatchObject({ kind: "failed", code: "OUTCOME_UNKNOWN", modbusCode: code });
+      expect(slave.get(0)).toEqual([4250]); // it did act
+    },
+  );
 
   it.each([0x01, 0x02, 0x03, 0x06, 0x0a])("exception %i (not done) is DEVICE_ERROR", async (code) => {
     const { slave, device } = await plainRig(transport);
@@ -132,7 +150,11 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: exceptions (issue 18 item 1)"
   it("exception 0x46 from a fenced device stays DEVICE_REJECTED", async () => {
     const { slave, device } = await fencedRig(transport);
     slave.fault({ fc: 16, apply: false, spoil: exception(FENCE_REFUSED_EXCEPTION) });
-    expect(await device.write(command({ speed: 1, flow: 2, limit: 3 }))).toMatchObject({ kind: "failed", code: "DEVICE_REJECTED", modbusCode: 0x46 });
+    expect(await device.write(command({ speed: 1, flow: 2, limit: 3 }))).toMatchObject({
+      kind: "failed",
+      code: "DEVICE_REJECTED",
+      modbusCode: 0x46,
+    });
   });
 });
 

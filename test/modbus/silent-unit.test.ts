@@ -59,14 +59,16 @@ afterAll(async () => {
 
 /** One register read of `unit`; whether it was answered. */
 function read(unit: number): Promise<boolean> {
-  const run = (c: ModbusClient) => new Promise((resolve, reject) => c.writeFC3(unit, 0, 1, (err, data) => (err ? reject(err) : resolve(data))));
+  const run = (c: ModbusClient) =>
+    new Promise((resolve, reject) => c.writeFC3(unit, 0, 1, (err, data) => (err ? reject(err) : resolve(data))));
   return bus.transact(unit, "poll", run).then(
     () => true,
     () => false,
   );
 }
 
-const silentWarnings = () => lines.filter((l) => l.entry.level === 40 && l.entry.unit === SILENT && /has not answered since the bus opened/.test(l.entry.msg));
+const silentWarnings = () =>
+  lines.filter((l) => l.entry.level === 40 && l.entry.unit === SILENT && /has not answered since the bus opened/.test(l.entry.msg));
 
 describe("a unit that has never answered", () => {
   it("is warned about after the first few unanswered requests, with its bus, unit and timeout", async () => {

@@ -24,8 +24,7 @@ export const MALFORMED_LIMITS: RequestLimits = {
 
 export type ReplyTo =
   /** `B/` + suffix, e.g. `valve-1/reply/ctl-a`. */
-  | { readonly kind: "holderTopic"; readonly suffix: string }
-  | { readonly kind: "responseTopic"; readonly topic: string };
+  { readonly kind: "holderTopic"; readonly suffix: string } | { readonly kind: "responseTopic"; readonly topic: string };
 
 export type Expectation =
   | {
@@ -242,16 +241,7 @@ const UNKNOWN_FIELDS: readonly (readonly [string, string])[] = [
   ["\u0000", "0"],
 ];
 
-const BAD_ACTUATORS: readonly string[] = [
-  "Valve-1",
-  "-valve",
-  "_valve",
-  "",
-  "v".repeat(65),
-  "vä",
-  "valve.1",
-  "valve 1",
-];
+const BAD_ACTUATORS: readonly string[] = ["Valve-1", "-valve", "_valve", "", "v".repeat(65), "vä", "valve.1", "valve 1"];
 
 /** The cause for noise without '{': decided by a UTF-8 round trip and JSON.parse, not by the code under test. */
 function noiseCause(bytes: Buffer): UnanswerableCause {
@@ -306,16 +296,19 @@ export function malformedRequests(): MalformedCase[] {
     const at = validCommand.indexOf("42.5") - 1; // inside nothing: between ':' and the number
     const inString = validCommand.indexOf("ctl-a") + 3;
     out.push(
-      kase(`invalid UTF-8 (${label}) inside a string`, "command", Buffer.concat([
-        Buffer.from(validCommand.slice(0, inString)),
-        Buffer.from(bytes),
-        Buffer.from(validCommand.slice(inString)),
-      ]), dropped("NOT_UTF8"), { responseTopic: RESPONSE_TOPIC }),
-      kase(`invalid UTF-8 (${label}) between tokens`, "lease/acquire", Buffer.concat([
-        Buffer.from(render(acquire).slice(0, -1) + ","),
-        Buffer.from(bytes),
-        Buffer.from("}"),
-      ]), dropped("NOT_UTF8")),
+      kase(
+        `invalid UTF-8 (${label}) inside a string`,
+        "command",
+        Buffer.concat([Buffer.from(validCommand.slice(0, inString)), Buffer.from(bytes), Buffer.from(validCommand.slice(inString))]),
+        dropped("NOT_UTF8"),
+        { responseTopic: RESPONSE_TOPIC },
+      ),
+      kase(
+        `invalid UTF-8 (${label}) between tokens`,
+        "lease/acquire",
+        Buffer.concat([Buffer.from(render(acquire).slice(0, -1) + ","), Buffer.from(bytes), Buffer.from("}")]),
+        dropped("NOT_UTF8"),
+      ),
     );
     void at;
   }
@@ -332,7 +325,7 @@ export function malformedRequests(): MalformedCase[] {
     ["empty payload", ""],
     ["whitespace only", " \n\t "],
     ["single quotes", "{'id':'r-1','holder':'ctl-a','ttlMs':5000}"],
-    ["unquoted keys", "{id:\"r-1\",holder:\"ctl-a\",ttlMs:5000}"],
+    ["unquoted keys", '{id:"r-1",holder:"ctl-a",ttlMs:5000}'],
     ["trailing comma", render(acquire).slice(0, -1) + ",}"],
     ["comment", `/* hi */${render(acquire)}`],
     ["NaN", render(withField(acquire, "ttlMs", "NaN"))],
@@ -360,7 +353,7 @@ export function malformedRequests(): MalformedCase[] {
     ["string", '"r-1"'],
     ["true", "true"],
     ["deep arrays", `${"[".repeat(8000)}${"]".repeat(8000)}`],
-    ["deep array of objects", `${"[{\"a\":".repeat(2000)}1${"}]".repeat(2000)}`],
+    ["deep array of objects", `${'[{"a":'.repeat(2000)}1${"}]".repeat(2000)}`],
   ];
   for (const [label, text] of notObject) {
     out.push(kase(`not an object: ${label}`, "read", text, dropped("NOT_OBJECT"), { responseTopic: RESPONSE_TOPIC }));
@@ -427,9 +420,19 @@ export function malformedRequests(): MalformedCase[] {
     }
   }
   out.push(
-    kase("renew: token 2^53+1 spelt with an escaped key", "lease/renew", '{"id":"r-1","holder":"ctl-a","\\u0074oken":9007199254740993}', invalid("token")),
+    kase(
+      "renew: token 2^53+1 spelt with an escaped key",
+      "lease/renew",
+      '{"id":"r-1","holder":"ctl-a","\\u0074oken":9007199254740993}',
+      invalid("token"),
+    ),
     kase("renew: token 7.0 spelt with an escaped key", "lease/renew", '{"id":"r-1","holder":"ctl-a","tok\\u0065n":7.0}', invalid("token")),
-    kase("renew: token with whitespace around 7.0", "lease/renew", '{ "id" : "r-1" , "holder" : "ctl-a" , "token" : 7.0 }', invalid("token")),
+    kase(
+      "renew: token with whitespace around 7.0",
+      "lease/renew",
+      '{ "id" : "r-1" , "holder" : "ctl-a" , "token" : 7.0 }',
+      invalid("token"),
+    ),
   );
   for (const [label, raw] of BAD_SEQS) {
     out.push(kase(`command: seq ${label}`, "command", render(withField(command, "seq", raw)), invalid("seq")));
@@ -437,14 +440,28 @@ export function malformedRequests(): MalformedCase[] {
   for (const [label, raw] of BAD_TTLS) {
     out.push(kase(`acquire: ttlMs ${label}`, "lease/acquire", render(withField(acquire, "ttlMs", raw)), invalid("ttlMs")));
   }
-  out.push(kase("acquire: ttlMs deeply nested", "lease/acquire", render(withField(acquire, "ttlMs", `${'{"a":'.repeat(2500)}1${"}".repeat(2500)}`)), invalid("ttlMs")));
+  out.push(
+    kase(
+      "acquire: ttlMs deeply nested",
+      "lease/acquire",
+      render(withField(acquire, "ttlMs", `${'{"a":'.repeat(2500)}1${"}".repeat(2500)}`)),
+      invalid("ttlMs"),
+    ),
+  );
   for (const [label, raw] of BAD_DEADLINES) {
     out.push(kase(`command: deadlineMs ${label}`, "command", render(withField(command, "deadlineMs", raw)), invalid("deadlineMs")));
   }
   for (const [label, raw] of BAD_SETS) {
     out.push(kase(`command: set ${label}`, "command", render(withField(command, "set", raw)), invalid("set")));
   }
-  out.push(kase("command: set is a huge array", "command", render(withField(command, "set", `[${Array(7000).fill("1").join(",")}]`)), invalid("set")));
+  out.push(
+    kase(
+      "command: set is a huge array",
+      "command",
+      render(withField(command, "set", `[${Array(7000).fill("1").join(",")}]`)),
+      invalid("set"),
+    ),
+  );
 
   // --- Missing required fields (other than id/holder, which decide the route). --------
   for (const verb of VERBS) {
@@ -472,12 +489,24 @@ export function malformedRequests(): MalformedCase[] {
   for (const [verb, key, raw] of foreign) {
     out.push(kase(`${verb}: field ${key} of another verb`, verb, render([...VALID[verb], [key, raw]]), invalid(key)));
   }
-  out.push(kase("read without holder: unknown field (reply to _)", "read", '{"id":"r-1","x":1}', invalid("x", { kind: "holderTopic", suffix: `${ACTUATOR}/reply/_` })));
+  out.push(
+    kase(
+      "read without holder: unknown field (reply to _)",
+      "read",
+      '{"id":"r-1","x":1}',
+      invalid("x", { kind: "holderTopic", suffix: `${ACTUATOR}/reply/_` }),
+    ),
+  );
 
   // --- Duplicate keys: JSON.parse would silently keep the last. ------------------------
   out.push(
     kase("duplicate token", "lease/renew", render([...VALID["lease/renew"], ["token", "8"]]), invalid("token")),
-    kase("duplicate id (last one is echoed)", "lease/renew", render([...VALID["lease/renew"], ["id", '"r-2"']]), invalid("id", holderReply, "r-2")),
+    kase(
+      "duplicate id (last one is echoed)",
+      "lease/renew",
+      render([...VALID["lease/renew"], ["id", '"r-2"']]),
+      invalid("id", holderReply, "r-2"),
+    ),
     kase("duplicate point in set", "command", render(withField(command, "set", '{"valve":1,"valve":2}')), invalid("valve")),
     kase("duplicate escaped key", "lease/acquire", '{"id":"r-1","holder":"ctl-a","ttlMs":5000,"ttl\\u004ds":6000}', invalid("ttlMs")),
   );
@@ -485,24 +514,60 @@ export function malformedRequests(): MalformedCase[] {
   // --- Malformed actuator id in the topic: INVALID_REQUEST (ranks before UNKNOWN_ACTUATOR).
   for (const actuator of BAD_ACTUATORS) {
     out.push(
-      kase(`actuator ${JSON.stringify(actuator)} in the topic`, "lease/acquire", render(acquire), invalid("actuator", {
-        kind: "holderTopic",
-        suffix: `${actuator}/reply/${HOLDER}`,
-      }), { actuator }),
+      kase(
+        `actuator ${JSON.stringify(actuator)} in the topic`,
+        "lease/acquire",
+        render(acquire),
+        invalid("actuator", {
+          kind: "holderTopic",
+          suffix: `${actuator}/reply/${HOLDER}`,
+        }),
+        { actuator },
+      ),
     );
   }
 
   // --- Retained. ------------------------------------------------------------------------
   for (const verb of VERBS) {
     out.push(
-      kase(`retained valid ${verb}`, verb, render(VALID[verb]), { kind: "refused", code: "RETAINED_REQUEST", id: REQ_ID, replyTo: holderReply, names: "retain" }, { retain: true }),
-      kase(`retained ${verb} with an unknown field (INVALID_REQUEST ranks first)`, verb, render([...VALID[verb], ["stale", "true"]]), invalid("stale"), { retain: true }),
+      kase(
+        `retained valid ${verb}`,
+        verb,
+        render(VALID[verb]),
+        { kind: "refused", code: "RETAINED_REQUEST", id: REQ_ID, replyTo: holderReply, names: "retain" },
+        { retain: true },
+      ),
+      kase(
+        `retained ${verb} with an unknown field (INVALID_REQUEST ranks first)`,
+        verb,
+        render([...VALID[verb], ["stale", "true"]]),
+        invalid("stale"),
+        { retain: true },
+      ),
       kase(`retained ${verb} without id`, verb, render(without(VALID[verb], "id")), dropped("NO_ID"), { retain: true }),
     );
   }
   out.push(
-    kase("retained read without holder (reply to _)", "read", '{"id":"r-1"}', { kind: "refused", code: "RETAINED_REQUEST", id: REQ_ID, replyTo: { kind: "holderTopic", suffix: `${ACTUATOR}/reply/_` }, names: "retain" }, { retain: true }),
-    kase("retained command with response topic", "command", render(command), { kind: "refused", code: "RETAINED_REQUEST", id: REQ_ID, replyTo: v5Reply, names: "retain" }, { retain: true, responseTopic: RESPONSE_TOPIC }),
+    kase(
+      "retained read without holder (reply to _)",
+      "read",
+      '{"id":"r-1"}',
+      {
+        kind: "refused",
+        code: "RETAINED_REQUEST",
+        id: REQ_ID,
+        replyTo: { kind: "holderTopic", suffix: `${ACTUATOR}/reply/_` },
+        names: "retain",
+      },
+      { retain: true },
+    ),
+    kase(
+      "retained command with response topic",
+      "command",
+      render(command),
+      { kind: "refused", code: "RETAINED_REQUEST", id: REQ_ID, replyTo: v5Reply, names: "retain" },
+      { retain: true, responseTopic: RESPONSE_TOPIC },
+    ),
     kase("retained garbage", "command", "garbage", dropped("NOT_JSON"), { retain: true }),
   );
   return out;

@@ -79,14 +79,28 @@ describe("OversizedPacketFilter", () => {
     const before = publishOfSize(200, 1, 1);
     const after = Buffer.concat([PINGRESP, publishOfSize(300, 1, 3)]);
     const big = publish("fencegate/valve-1/read", 60_000_000, 1, 2);
-    const chunks = [before, big.subarray(0, 5), ...Array.from({ length: 916 }, (_, k) => big.subarray(5 + k * 65_536, Math.min(big.length, 5 + (k + 1) * 65_536))), after];
+    const chunks = [
+      before,
+      big.subarray(0, 5),
+      ...Array.from({ length: 916 }, (_, k) => big.subarray(5 + k * 65_536, Math.min(big.length, 5 + (k + 1) * 65_536))),
+      after,
+    ];
     const { passed, dropped } = run(LIMIT, chunks);
     expect(passed.equals(Buffer.concat([before, after]))).toBe(true);
     expect(dropped).toEqual([{ type: 3, qos: 1, bytes: big.length, packetId: 2 }]);
   });
 
   it("frames the same way whatever the chunking (fixed headers split included)", () => {
-    const stream = [PINGRESP, publishOfSize(LIMIT, 1, 1), publishOfSize(LIMIT + 1, 1, 2), publish("x", 0, 0), publishOfSize(5000, 1, 3), publishOfSize(20_000, 0), PINGRESP, publishOfSize(17, 1, 4)];
+    const stream = [
+      PINGRESP,
+      publishOfSize(LIMIT, 1, 1),
+      publishOfSize(LIMIT + 1, 1, 2),
+      publish("x", 0, 0),
+      publishOfSize(5000, 1, 3),
+      publishOfSize(20_000, 0),
+      PINGRESP,
+      publishOfSize(17, 1, 4),
+    ];
     const whole = Buffer.concat(stream);
     const expected = Buffer.concat([stream[0]!, stream[1]!, stream[3]!, stream[6]!, stream[7]!]);
     fc.assert(
@@ -99,7 +113,10 @@ describe("OversizedPacketFilter", () => {
       }),
     );
     // One byte at a time: every header split at every place.
-    const { passed } = run(LIMIT, [...whole].map((b) => Buffer.from([b])));
+    const { passed } = run(
+      LIMIT,
+      [...whole].map((b) => Buffer.from([b])),
+    );
     expect(passed.equals(expected)).toBe(true);
   });
 

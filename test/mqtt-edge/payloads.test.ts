@@ -107,7 +107,9 @@ describe("state", () => {
   });
 
   it("lease null and fence.seq null while the new lease has not commanded", () => {
-    expect(JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {}, pointsAgeMs: null }))).toEqual({
+    expect(
+      JSON.parse(statePayload({ ...STATE, online: false, lease: null, fence: { token: 8, seq: null }, points: {}, pointsAgeMs: null })),
+    ).toEqual({
       actuator: "valve-1",
       online: false,
       lease: null,
@@ -121,7 +123,13 @@ describe("state", () => {
   });
 
   it("names point faults and the problem (extensions) only when there are some, after the contract's fields", () => {
-    const payload = statePayload({ ...STATE, online: false, points: { mode: 1 }, pointFaults: { valve: "reads NaN, not a finite number" }, problem: "Unit 1 does not answer." });
+    const payload = statePayload({
+      ...STATE,
+      online: false,
+      points: { mode: 1 },
+      pointFaults: { valve: "reads NaN, not a finite number" },
+      problem: "Unit 1 does not answer.",
+    });
     expect(payload).toBe(
       '{"actuator":"valve-1","online":false,"lease":{"holder":"ctl-a","token":7,"expiresInMs":4200},"fence":{"token":7,"seq":3},"points":{"mode":1},"at":"2026-11-29T10:00:00.123Z","pointsAgeMs":120,"gateway":"gw-1","safeWrite":null,"pointFaults":{"valve":"reads NaN, not a finite number"},"problem":"Unit 1 does not answer."}',
     );
@@ -142,7 +150,10 @@ describe("events", () => {
       '{"type":"rejected","at":"2026-11-29T10:00:00.123Z","holder":"ctl-a","token":6,"seq":2,"code":"STALE_TOKEN"}',
     ],
     [{ type: "expired", token: 7 }, '{"type":"expired","at":"2026-11-29T10:00:00.123Z","token":7}'],
-    [{ type: "expired", holder: "ctl-a", token: 7, reason: "restart" }, '{"type":"expired","at":"2026-11-29T10:00:00.123Z","holder":"ctl-a","token":7,"reason":"restart"}'],
+    [
+      { type: "expired", holder: "ctl-a", token: 7, reason: "restart" },
+      '{"type":"expired","at":"2026-11-29T10:00:00.123Z","holder":"ctl-a","token":7,"reason":"restart"}',
+    ],
     [{ type: "outcome-unknown", seq: 0 }, '{"type":"outcome-unknown","at":"2026-11-29T10:00:00.123Z","seq":0}'],
   ] as const)("%j", (event, json) => {
     expect(eventPayload(event, AT)).toBe(json);

@@ -52,7 +52,10 @@ const validArb: fc.Arbitrary<Valid> = verbArb.chain((verb): fc.Arbitrary<Valid> 
     case "lease/renew":
     case "lease/release":
       return fc
-        .record({ id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }), mac: macArb, counter: fc.integer({ min: 1, max: MAX }) }, { requiredKeys: ["id", "holder", "token"] })
+        .record(
+          { id: idArb, holder: holderArb, token: fc.integer({ min: 1, max: MAX }), mac: macArb, counter: fc.integer({ min: 1, max: MAX }) },
+          { requiredKeys: ["id", "holder", "token"] },
+        )
         .map((b) => ({
           verb,
           body: b,
@@ -168,7 +171,11 @@ describe("properties", () => {
     const literal = fc
       .tuple(
         fc.constantFrom("", "-"),
-        fc.oneof(fc.constant("0"), fc.stringMatching(/^[1-9][0-9]{0,24}$/), fc.constantFrom("9007199254740991", "9007199254740992", "9007199254740993")),
+        fc.oneof(
+          fc.constant("0"),
+          fc.stringMatching(/^[1-9][0-9]{0,24}$/),
+          fc.constantFrom("9007199254740991", "9007199254740992", "9007199254740993"),
+        ),
         fc.option(fc.stringMatching(/^\.[0-9]{1,5}$/), { nil: "" }),
         fc.option(fc.stringMatching(/^[eE][+-]?[0-9]{1,3}$/), { nil: "" }),
       )

@@ -21,21 +21,42 @@ const holderRoute = { kind: "holderTopic", holderTopic: "fencegate/valve-1/reply
 
 describe("valid requests", () => {
   it.each([
-    ["lease/acquire, every field echoed", "lease/acquire",
+    [
+      "lease/acquire, every field echoed",
+      "lease/acquire",
       '{"id":"r-1","holder":"ctl-a","ttlMs":5000}',
       { verb: "lease/acquire", actuator: "valve-1", id: "r-1", holder: "ctl-a", ttlMs: 5000 },
     ],
     ["lease/acquire at the lower ttl bound", "lease/acquire", '{"id":"r-1","holder":"ctl-a","ttlMs":1000}', { ttlMs: 1000 }],
     ["lease/acquire at the upper ttl bound", "lease/acquire", '{"id":"r-1","holder":"ctl-a","ttlMs":60000}', { ttlMs: 60000 }],
     ["lease/renew", "lease/renew", '{"id":"r-1","holder":"ctl-a","token":1}', { verb: "lease/renew", token: 1 }],
-    ["lease/release", "lease/release", `{"id":"r-1","holder":"ctl-a","token":${MAX}}`, { verb: "lease/release", token: Number(MAX), counter: null }],
-    ["lease/renew with the lowest counter", "lease/renew", '{"id":"r-1","holder":"ctl-a","token":1,"counter":1}', { verb: "lease/renew", counter: 1 }],
-    ["lease/release with the highest counter", "lease/release", `{"id":"r-1","holder":"ctl-a","token":1,"counter":${MAX}}`, { counter: Number(MAX) }],
-    ["command, deadline defaulted", "command",
+    [
+      "lease/release",
+      "lease/release",
+      `{"id":"r-1","holder":"ctl-a","token":${MAX}}`,
+      { verb: "lease/release", token: Number(MAX), counter: null },
+    ],
+    [
+      "lease/renew with the lowest counter",
+      "lease/renew",
+      '{"id":"r-1","holder":"ctl-a","token":1,"counter":1}',
+      { verb: "lease/renew", counter: 1 },
+    ],
+    [
+      "lease/release with the highest counter",
+      "lease/release",
+      `{"id":"r-1","holder":"ctl-a","token":1,"counter":${MAX}}`,
+      { counter: Number(MAX) },
+    ],
+    [
+      "command, deadline defaulted",
+      "command",
       '{"id":"r-1","holder":"ctl-a","token":7,"seq":0,"set":{"valve":42.5,"mode":-1e3}}',
       { verb: "command", token: 7, seq: 0, set: { valve: 42.5, mode: -1000 }, deadlineMs: 5000 },
     ],
-    ["command with deadline and the largest seq", "command",
+    [
+      "command with deadline and the largest seq",
+      "command",
       `{"id":"r-1","holder":"ctl-a","token":7,"seq":${MAX},"set":{"a.b_c-d":0},"deadlineMs":30000}`,
       { seq: Number(MAX), set: { "a.b_c-d": 0 }, deadlineMs: 30000 },
     ],
@@ -180,16 +201,8 @@ describe("exact refusal messages", () => {
     ["command", cmd(',"extra":1'), 'unknown field "extra" in a command request'],
     ["lease/renew", '{"id":"r-1","holder":"ctl-a","token":7,"token":8}', 'the field "token" appears more than once'],
     ["command", cmd("").replace('{"v":1}', '{"v":1,"v":2}'), 'the key "v" appears more than once inside "set"'],
-    [
-      "read",
-      '{"id":"r-1","holder":"x","__proto__":{"polluted":true}}',
-      'unknown field "__proto__" in a read request',
-    ],
-    [
-      "read",
-      `{"id":"r-1","holder":"x",${JSON.stringify("k".repeat(100))}:1}`,
-      `unknown field "${"k".repeat(64)}…" in a read request`,
-    ],
+    ["read", '{"id":"r-1","holder":"x","__proto__":{"polluted":true}}', 'unknown field "__proto__" in a read request'],
+    ["read", `{"id":"r-1","holder":"x",${JSON.stringify("k".repeat(100))}:1}`, `unknown field "${"k".repeat(64)}…" in a read request`],
   ])("%s %s", (verb, json, message) => {
     const r = parse(verb as RequestVerb, json);
     expect(r).toMatchObject({ kind: "refused", code: "INVALID_REQUEST", id: "r-1", message });
@@ -271,14 +284,12 @@ describe("hostile payloads", () => {
 });
 
 describe("prototype keys in set", () => {
-  it.each([
-    '{"a":1,"__proto__":{"x":1}}',
-    '{"a":1,"__proto__":1}',
-    '{"__proto__":null,"a":1}',
-    '{"a":1,"constructor":2}',
-  ])("refuses %s rather than silently dropping or applying the key", (set) => {
-    const r = parse("command", `{"id":"r-1","holder":"h","token":1,"seq":1,"set":${set}}`);
-    expect(r).toMatchObject({ kind: "refused", code: "INVALID_REQUEST" });
-    expect(r.kind === "refused" && r.message).toMatch(/^set contains the invalid point name "(__proto__|constructor)"/);
-  });
+  it.each(['{"a":1,"__proto__":{"x":1}}', '{"a":1,"__proto__":1}', '{"__proto__":null,"a":1}', '{"a":1,"constructor":2}'])(
+    "refuses %s rather than silently dropping or applying the key",
+    (set) => {
+      const r = parse("command", `{"id":"r-1","holder":"h","token":1,"seq":1,"set":${set}}`);
+      expect(r).toMatchObject({ kind: "refused", code: "INVALID_REQUEST" });
+      expect(r.kind === "refused" && r.message).toMatch(/^set contains the invalid point name "(__proto__|constructor)"/);
+    },
+  );
 });

@@ -59,7 +59,16 @@ class StandInBroker {
           if (packet.topic.endsWith("/gateway/read") && responseTopic !== undefined) {
             const { id } = JSON.parse(packet.payload.toString()) as { id: string };
             const properties = packet.properties?.correlationData ? { correlationData: packet.properties.correlationData } : {};
-            for (const g of this.answerAs) send({ cmd: "publish", topic: responseTopic, payload: identityReplyPayload(id, g), qos: 0, retain: false, dup: false, properties });
+            for (const g of this.answerAs)
+              send({
+                cmd: "publish",
+                topic: responseTopic,
+                payload: identityReplyPayload(id, g),
+                qos: 0,
+                retain: false,
+                dup: false,
+                properties,
+              });
           }
           if (packet.qos === 1) send({ cmd: "puback", messageId: packet.messageId, reasonCode: 0 });
           break;
@@ -83,7 +92,8 @@ class StandInBroker {
     for (;;) {
       const found = this.connections.filter((c) => c.clientId === clientId)[after];
       if (found?.subscribed) return found;
-      if (performance.now() > deadline) throw new Error(`no connection number ${after + 1} of ${clientId} subscribed within ${timeoutMs} ms`);
+      if (performance.now() > deadline)
+        throw new Error(`no connection number ${after + 1} of ${clientId} subscribed within ${timeoutMs} ms`);
       await new Promise<void>((resolve) => {
         this.waiters.push(resolve);
         setTimeout(resolve, 50);
@@ -104,7 +114,13 @@ class StandInBroker {
 }
 
 const identity: GatewayIdentity = { id: "gw", instance: "0123456789abcdef", host: "here", pid: process.pid };
-const sink: RequestSink = { allocateRef: () => 0, submit: () => {}, actuatorIds: () => [], view: () => undefined, liveLease: () => undefined };
+const sink: RequestSink = {
+  allocateRef: () => 0,
+  submit: () => {},
+  actuatorIds: () => [],
+  view: () => undefined,
+  liveLease: () => undefined,
+};
 
 let cleanup: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -206,7 +222,13 @@ describe("MQTT 5 session taken over (DISCONNECT 0x8E)", () => {
     const port = await broker.listen();
     cleanup.push(() => broker.close());
     broker.answerAs = Array.from({ length: 1100 }, (_, i) => ({ id: `gw-${i}`, instance: "0123456789abcdef", host: "h", pid: i }));
-    const mqtt = { url: `mqtt://127.0.0.1:${port}`, clientId: "fencegate-gw", protocolVersion: 5, baseTopic: "fencegate", reconnect: { minMs: 100, maxMs: 800 } } as MqttConfig;
+    const mqtt = {
+      url: `mqtt://127.0.0.1:${port}`,
+      clientId: "fencegate-gw",
+      protocolVersion: 5,
+      baseTopic: "fencegate",
+      reconnect: { minMs: 100, maxMs: 800 },
+    } as MqttConfig;
     const result = await probeGateways(mqtt);
     expect(result.kind).toBe("answered");
     expect(result.kind === "answered" && result.gateways.length).toBe(1024);

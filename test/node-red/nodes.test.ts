@@ -36,10 +36,19 @@ interface NodeTestHelper {
 const helper = createRequire(import.meta.url)("node-red-node-test-helper") as NodeTestHelper;
 const runtime = nodeRedRuntime();
 helper.init(runtime.main);
-const CORE_NODES = ["common/20-inject.js", "common/21-debug.js", "common/90-comment.js", "network/05-tls.js", "function/10-function.js"].map((f) => runtime.coreNodes(f));
+const CORE_NODES = [
+  "common/20-inject.js",
+  "common/21-debug.js",
+  "common/90-comment.js",
+  "network/05-tls.js",
+  "function/10-function.js",
+].map((f) => runtime.coreNodes(f));
 /** Every status a node showed, in order, as the runtime hands them to the editor. */
 const statusLog: { id: string; status: { fill?: string; shape?: string; text: string } }[] = [];
-(createRequire(runtime.main)(runtime.main) as { runtime: { events: NodeJS.EventEmitter } }).runtime.events.on("node-status", (e: (typeof statusLog)[number]) => statusLog.push(e));
+(createRequire(runtime.main)(runtime.main) as { runtime: { events: NodeJS.EventEmitter } }).runtime.events.on(
+  "node-status",
+  (e: (typeof statusLog)[number]) => statusLog.push(e),
+);
 
 const teardown = new Teardown();
 let stack: Stack;
@@ -64,7 +73,15 @@ beforeAll(async () => {
   stack = await startStack(teardown, {
     name: "node-red",
     // Anonymous stays allowed for the daemon on the plain listener; a client that names a user must have its password.
-    brokerConfig: (tlsPort) => [`password_file ${passwordFile}`, `listener ${tlsPort} 127.0.0.1`, `cafile ${pki.caFile}`, `certfile ${pki.server.certFile}`, `keyfile ${pki.server.keyFile}`, "require_certificate true"].join("\n"),
+    brokerConfig: (tlsPort) =>
+      [
+        `password_file ${passwordFile}`,
+        `listener ${tlsPort} 127.0.0.1`,
+        `cafile ${pki.caFile}`,
+        `certfile ${pki.server.certFile}`,
+        `keyfile ${pki.server.keyFile}`,
+        "require_certificate true",
+      ].join("\n"),
     sim: () => ({ units: [1, 2, 3, 4], rate: 0 }),
     gateway: (sim) => ({
       buses: { sim: { type: "tcp", ...sim, timeoutMs: 1000 } },
@@ -76,8 +93,13 @@ beforeAll(async () => {
   installed = await installNodeRedPackage(stack.dir);
   ctl = teardown.add(await TestController.connect(stack.broker.url, "line-x"), (c) => c.close());
   primaryLink = teardown.add(await startTcpProxy({ host: "127.0.0.1", port: stack.broker.port }), (p) => p.close());
-  const spy = teardown.add(await mqtt.connectAsync({ ...brokerAddress(stack.broker.url), protocolVersion: 5, clientId: "node-red-test-spy" }), (c) => c.endAsync(true));
-  spy.on("message", (topic, payload) => commandsOnTheWire.push({ actuator: topic.split("/")[1]!, body: JSON.parse(payload.toString()) as Json }));
+  const spy = teardown.add(
+    await mqtt.connectAsync({ ...brokerAddress(stack.broker.url), protocolVersion: 5, clientId: "node-red-test-spy" }),
+    (c) => c.endAsync(true),
+  );
+  spy.on("message", (topic, payload) =>
+    commandsOnTheWire.push({ actuator: topic.split("/")[1]!, body: JSON.parse(payload.toString()) as Json }),
+  );
   await spy.subscribeAsync("fencegate/+/command", { qos: 1 });
 }, 300_000);
 
@@ -102,7 +124,12 @@ function brokerNode(id: string, holder: string, url = stack.broker.url): Json {
 
 /** A tab with `nodes` and `brokers`, and a helper node for each id in `outputs`. */
 function testFlow(brokers: Json[], nodes: Json[], outputs: string[] = []): Json[] {
-  return [{ id: TAB, type: "tab", label: "fencegate tests" }, ...brokers, ...nodes.map((n) => ({ z: TAB, ...n })), ...outputs.map((id) => ({ id, type: "helper", z: TAB }))];
+  return [
+    { id: TAB, type: "tab", label: "fencegate tests" },
+    ...brokers,
+    ...nodes.map((n) => ({ z: TAB, ...n })),
+    ...outputs.map((id) => ({ id, type: "helper", z: TAB })),
+  ];
 }
 
 /** What reached each of `ids` (helper or debug nodes), in order. */
@@ -185,10 +212,33 @@ describe("fencegate-broker, the configuration node", () => {
   const overTls = (password: string) => {
     const flow = testFlow(
       [
-        { id: "tls", type: "tls-config", name: "", cert: pki.client("plc-a").certFile, key: pki.client("plc-a").keyFile, ca: pki.caFile, certname: "", keyname: "", caname: "", servername: "", verifyservercert: true, alpnprotocol: "" },
+        {
+          id: "tls",
+          type: "tls-config",
+          name: "",
+          cert: pki.client("plc-a").certFile,
+          key: pki.client("plc-a").keyFile,
+          ca: pki.caFile,
+          certname: "",
+          keyname: "",
+          caname: "",
+          servername: "",
+          verifyservercert: true,
+          alpnprotocol: "",
+        },
         { ...brokerNode("b", "plc-a", tlsUrl), usetls: true, tls: "tls" },
       ],
-      [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] }],
+      [
+        {
+          id: "lease",
+          type: "fencegate-lease",
+          broker: "b",
+          actuator: "valve-4",
+          ttlMs: 1000,
+          acquireOnStart: true,
+          wires: [["lease-out"]],
+        },
+      ],
       ["lease-out"],
     );
     return { flow, credentials: { b: { username: "plc-a", password } } };
@@ -212,14 +262,41 @@ describe("fencegate-broker, the configuration node", () => {
 
   it("with no broker at the URL, its nodes say so and keep trying", async () => {
     const nobody = `mqtt://127.0.0.1:${await freePort()}`;
-    await load(testFlow([brokerNode("b", "nr-no-broker", nobody)], [{ id: "state", type: "fencegate-state", broker: "b", actuator: "valve-4", wires: [[], []] }]));
-    expect(await statusMatching("state", /^cannot reach the broker/)).toEqual({ fill: "yellow", shape: "ring", text: "cannot reach the broker: connection refused" });
-    const warned = helper.log().getCalls().map((c) => c.args[0]).find((e) => String(e.msg).startsWith("fencegate: cannot reach"));
+    await load(
+      testFlow(
+        [brokerNode("b", "nr-no-broker", nobody)],
+        [{ id: "state", type: "fencegate-state", broker: "b", actuator: "valve-4", wires: [[], []] }],
+      ),
+    );
+    expect(await statusMatching("state", /^cannot reach the broker/)).toEqual({
+      fill: "yellow",
+      shape: "ring",
+      text: "cannot reach the broker: connection refused",
+    });
+    const warned = helper
+      .log()
+      .getCalls()
+      .map((c) => c.args[0])
+      .find((e) => String(e.msg).startsWith("fencegate: cannot reach"));
     expect(warned?.msg).toBe(`fencegate: cannot reach the broker: connection refused (${nobody}, holder nr-no-broker); trying again`);
   });
 
   it("with no holder named, each node acts as one derived from its host and flow", async () => {
-    const flow = testFlow([{ ...brokerNode("b", ""), holder: "" }], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] }], ["lease-out"]);
+    const flow = testFlow(
+      [{ ...brokerNode("b", ""), holder: "" }],
+      [
+        {
+          id: "lease",
+          type: "fencegate-lease",
+          broker: "b",
+          actuator: "valve-4",
+          ttlMs: 1000,
+          acquireOnStart: true,
+          wires: [["lease-out"]],
+        },
+      ],
+      ["lease-out"],
+    );
     flow[0]!.label = "Pump house (valve 4)";
     const seen = await load(flow, ["lease-out"]);
     const holder = `${hostname().replace(/[^A-Za-z0-9._:-]+/g, "-")}.Pump-house-valve-4`;
@@ -228,18 +305,32 @@ describe("fencegate-broker, the configuration node", () => {
   });
 
   it("a lease node with a TTL that is not a whole number of milliseconds says so and acquires nothing", async () => {
-    await load(testFlow([brokerNode("b", "nr-bad-ttl")], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: "5 s", acquireOnStart: true, wires: [[]] }]));
+    await load(
+      testFlow(
+        [brokerNode("b", "nr-bad-ttl")],
+        [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: "5 s", acquireOnStart: true, wires: [[]] }],
+      ),
+    );
     expect(statusOf("lease")).toMatchObject({ fill: "red", text: "bad TTL" });
-    expect(errorsLogged()).toEqual(['fencegate-lease: fencegate: TTL must be a whole number of milliseconds from 1 to 3600000; it is "5 s".']);
+    expect(errorsLogged()).toEqual([
+      'fencegate-lease: fencegate: TTL must be a whole number of milliseconds from 1 to 3600000; it is "5 s".',
+    ]);
   });
 
   it.each([
     ["a URL that is not one", { url: "localhost:1883" }, 'broker URL "localhost:1883" must start with mqtt://, mqtts://, ws:// or wss://'],
-    ["TLS with an mqtt:// URL", { usetls: true, tls: "tls" }, "TLS is set, so the broker URL must start with mqtts:// or wss://, not mqtt://"],
+    [
+      "TLS with an mqtt:// URL",
+      { usetls: true, tls: "tls" },
+      "TLS is set, so the broker URL must start with mqtts:// or wss://, not mqtt://",
+    ],
     ["a holder the contract does not allow", { holder: "line a" }, 'holder "line a" may have only A-Z, a-z, 0-9, . _ : - (at most 128)'],
   ])("stops its nodes with a sentence on %s", async (_what, change, says) => {
     const flow = testFlow(
-      [{ id: "tls", type: "tls-config", name: "", cert: "", key: "", ca: pki.caFile, verifyservercert: true }, { ...brokerNode("b", "nr-bad-config"), ...change }],
+      [
+        { id: "tls", type: "tls-config", name: "", cert: "", key: "", ca: pki.caFile, verifyservercert: true },
+        { ...brokerNode("b", "nr-bad-config"), ...change },
+      ],
       [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-4", ttlMs: 1000, acquireOnStart: true, wires: [[]] }],
     );
     await load(flow);
@@ -251,12 +342,30 @@ describe("fencegate-broker, the configuration node", () => {
 
 describe("fencegate lease", () => {
   const leaseFlow = (holder: string, extra: Json = {}, url?: string) =>
-    testFlow([brokerNode("b", holder, url)], [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-2", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]], ...extra }], ["lease-out"]);
+    testFlow(
+      [brokerNode("b", holder, url)],
+      [
+        {
+          id: "lease",
+          type: "fencegate-lease",
+          broker: "b",
+          actuator: "valve-2",
+          ttlMs: 1000,
+          acquireOnStart: true,
+          wires: [["lease-out"]],
+          ...extra,
+        },
+      ],
+      ["lease-out"],
+    );
 
   it("acquires when deployed: a green dot 'held, token N' and a held message", async () => {
     const seen = await load(leaseFlow("nr-holder"), ["lease-out"]);
     const held = await nth(seen, "lease-out");
-    expect(held).toMatchObject({ topic: "valve-2", payload: { state: "held", actuator: "valve-2", holder: "nr-holder", token: expect.any(Number) } });
+    expect(held).toMatchObject({
+      topic: "valve-2",
+      payload: { state: "held", actuator: "valve-2", holder: "nr-holder", token: expect.any(Number) },
+    });
     expect(statusOf("lease")).toMatchObject({ fill: "green", shape: "dot", text: `held, token ${held.payload.token}` });
     expect(await leaseOf("valve-2")).toMatchObject({ holder: "nr-holder", token: held.payload.token });
   });
@@ -264,7 +373,10 @@ describe("fencegate lease", () => {
   it("stands by while another holder has the lease, says who, and takes over the moment it is released", async () => {
     const other = await ctl.acquire("valve-2", 10_000);
     const seen = await load(leaseFlow("nr-standby"), ["lease-out"]);
-    expect((await nth(seen, "lease-out")).payload).toMatchObject({ state: "standby", heldBy: { holder: "line-x", token: other.lease.token } });
+    expect((await nth(seen, "lease-out")).payload).toMatchObject({
+      state: "standby",
+      heldBy: { holder: "line-x", token: other.lease.token },
+    });
     expect(statusOf("lease")).toMatchObject({ fill: "yellow", shape: "dot", text: "standing by: held by line-x" });
     const releasedAt = performance.now();
     await ctl.request("valve-2", "lease/release", { holder: "line-x", token: other.lease.token });
@@ -323,7 +435,15 @@ describe("fencegate lease", () => {
       testFlow(
         [brokerNode("b", "nr-twice")],
         [
-          { id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-2", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] },
+          {
+            id: "lease",
+            type: "fencegate-lease",
+            broker: "b",
+            actuator: "valve-2",
+            ttlMs: 1000,
+            acquireOnStart: true,
+            wires: [["lease-out"]],
+          },
           { id: "lease-2", type: "fencegate-lease", broker: "b", actuator: "valve-2", ttlMs: 1000, acquireOnStart: true, wires: [[]] },
         ],
         ["lease-out"],
@@ -344,7 +464,20 @@ describe("fencegate command", () => {
     testFlow(
       [brokerNode("b", holder)],
       [
-        ...(lease ? [{ id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-3", ttlMs: 2000, acquireOnStart: true, wires: [["lease-out"]], ...lease }] : []),
+        ...(lease
+          ? [
+              {
+                id: "lease",
+                type: "fencegate-lease",
+                broker: "b",
+                actuator: "valve-3",
+                ttlMs: 2000,
+                acquireOnStart: true,
+                wires: [["lease-out"]],
+                ...lease,
+              },
+            ]
+          : []),
         { id: "command", type: "fencegate-command", broker: "b", actuator: "valve-3", deadlineMs: "", wires: [["applied"], ["refused"]] },
       ],
       ["lease-out", "applied", "refused"],
@@ -362,7 +495,10 @@ describe("fencegate command", () => {
     const { seen, token } = await loadHeld("nr-cmd-applied");
     helper.getNode("command")!.receive({ payload: { position: 42.5 }, topic: "kept" });
     const applied = await nth(seen, "applied");
-    expect(applied).toMatchObject({ topic: "kept", payload: { outcome: "applied", actuator: "valve-3", holder: "nr-cmd-applied", token, seq: 0, applied: { position: 42.5 } } });
+    expect(applied).toMatchObject({
+      topic: "kept",
+      payload: { outcome: "applied", actuator: "valve-3", holder: "nr-cmd-applied", token, seq: 0, applied: { position: 42.5 } },
+    });
     expect(stack.sim.device(3).targetPosition).toBe(42.5);
     helper.getNode("command")!.receive({ payload: { position: 43 } });
     expect((await nth(seen, "applied", 2)).payload).toMatchObject({ token, seq: 1 });
@@ -371,15 +507,23 @@ describe("fencegate command", () => {
   });
 
   it.each([
-    ["a string", "42.5", "it is a string (\"42.5\")"],
+    ["a string", "42.5", 'it is a string ("42.5")'],
     ["a number", 42.5, "it is a number (42.5)"],
     ["an array", [42.5], "it is an array"],
     ["null", null, "it is null"],
     ["a string setpoint", { position: "42.5" }, 'Setpoint "position" must be a finite number; it is a string ("42.5").'],
     ["no setpoint", {}, "msg.payload has no setpoints"],
     ["a Buffer (an mqtt in node's payload)", Buffer.from('{"position":1}'), "it is a Buffer"],
-    ["65 setpoints, one over the contract's limit", Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`p${i}`, i])), "msg.payload has 65 setpoints; a command carries at most 64."],
-    ["setpoints that would not fit a 16 KiB request", { ["x".repeat(12_300)]: 1 }, "msg.payload takes 12306 bytes as JSON; a command's setpoints may take at most 12288."],
+    [
+      "65 setpoints, one over the contract's limit",
+      Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`p${i}`, i])),
+      "msg.payload has 65 setpoints; a command carries at most 64.",
+    ],
+    [
+      "setpoints that would not fit a 16 KiB request",
+      { ["x".repeat(12_300)]: 1 },
+      "msg.payload takes 12306 bytes as JSON; a command's setpoints may take at most 12288.",
+    ],
   ])("refuses %s as msg.payload with INVALID_REQUEST on output 2, sending nothing", async (_what, payload, says) => {
     const { seen } = await loadHeld("nr-cmd-invalid");
     helper.getNode("command")!.receive({ payload });
@@ -408,7 +552,19 @@ describe("fencegate command", () => {
 
   it("takes setpoints built in a function node (objects of another JavaScript context)", async () => {
     const flow = commandFlow("nr-cmd-function");
-    flow.push({ id: "build", type: "function", z: TAB, name: "", func: "msg.payload = { position: msg.payload };\nreturn msg;", outputs: 1, noerr: 0, initialize: "", finalize: "", libs: [], wires: [["command"]] });
+    flow.push({
+      id: "build",
+      type: "function",
+      z: TAB,
+      name: "",
+      func: "msg.payload = { position: msg.payload };\nreturn msg;",
+      outputs: 1,
+      noerr: 0,
+      initialize: "",
+      finalize: "",
+      libs: [],
+      wires: [["command"]],
+    });
     const seen = await load(flow, ["lease-out", "applied", "refused"]);
     const token = (await nth(seen, "lease-out")).payload.token as number;
     helper.getNode("build")!.receive({ payload: 17.5 });
@@ -430,7 +586,9 @@ describe("fencegate command", () => {
     helper.getNode("command")!.receive({ payload: { position: 12 } });
     const refused = (await nth(seen, "refused")).payload;
     expect(refused).toMatchObject({ outcome: "refused", code: "NO_LEASE", sent: false });
-    expect(refused.message).toBe('No lease on valve-3 (holder nr-cmd-unheld): the lease node does not hold it (send it "acquire"). Nothing was sent.');
+    expect(refused.message).toBe(
+      'No lease on valve-3 (holder nr-cmd-unheld): the lease node does not hold it (send it "acquire"). Nothing was sent.',
+    );
     expect(statusOf("command")).toMatchObject({ fill: "red", text: "refused: no lease held, nothing sent" });
     expect(sentBy("nr-cmd-unheld")).toEqual([]);
   });
@@ -443,7 +601,9 @@ describe("fencegate command", () => {
       helper.getNode("command")!.receive({ payload: { position: 12 } });
       const refused = (await nth(seen, "refused")).payload;
       expect(refused).toMatchObject({ code: "NO_LEASE", sent: false });
-      expect(refused.message).toBe(`No lease on valve-3 (holder nr-cmd-standby): standing by, held by line-x (token ${other.lease.token}). Nothing was sent.`);
+      expect(refused.message).toBe(
+        `No lease on valve-3 (holder nr-cmd-standby): standing by, held by line-x (token ${other.lease.token}). Nothing was sent.`,
+      );
       expect(sentBy("nr-cmd-standby")).toEqual([]);
     } finally {
       await ctl.request("valve-3", "lease/release", { holder: "line-x", token: other.lease.token });
@@ -456,7 +616,8 @@ describe("fencegate command", () => {
     expect((await nth(seen, "refused")).payload).toMatchObject({
       code: "NO_LEASE",
       sent: false,
-      message: "No fencegate lease node keeps valve-3 for holder nr-cmd-alone: add one with the same broker and actuator. Nothing was sent.",
+      message:
+        "No fencegate lease node keeps valve-3 for holder nr-cmd-alone: add one with the same broker and actuator. Nothing was sent.",
     });
   });
 
@@ -465,7 +626,14 @@ describe("fencegate command", () => {
     stack.sim.answerException(4, 1, 3, 16); // server device failure to the command block: maybe applied
     helper.getNode("command")!.receive({ payload: { position: 33 } });
     const refused = (await nth(seen, "refused")).payload;
-    expect(refused).toMatchObject({ outcome: "unknown", code: "OUTCOME_UNKNOWN", sent: true, modbusCode: 4, fence: { token, seq: 0 }, state: { actuator: "valve-3", fence: { token, seq: 0 } } });
+    expect(refused).toMatchObject({
+      outcome: "unknown",
+      code: "OUTCOME_UNKNOWN",
+      sent: true,
+      modbusCode: 4,
+      fence: { token, seq: 0 },
+      state: { actuator: "valve-3", fence: { token, seq: 0 } },
+    });
     expect(refused.message).toContain("The device may have applied it; the state was re-read.");
     expect(statusOf("command")).toMatchObject({ fill: "yellow", text: "outcome unknown (OUTCOME_UNKNOWN): state re-read" });
     helper.getNode("command")!.receive({ payload: { position: 34 } });
@@ -478,7 +646,15 @@ describe("with the gateway gone", () => {
     const flow = testFlow(
       [brokerNode("b", "nr-gateway-gone")],
       [
-        { id: "lease", type: "fencegate-lease", broker: "b", actuator: "valve-3", ttlMs: 1000, acquireOnStart: true, wires: [["lease-out"]] },
+        {
+          id: "lease",
+          type: "fencegate-lease",
+          broker: "b",
+          actuator: "valve-3",
+          ttlMs: 1000,
+          acquireOnStart: true,
+          wires: [["lease-out"]],
+        },
         { id: "command", type: "fencegate-command", broker: "b", actuator: "valve-3", deadlineMs: "", wires: [["applied"], ["refused"]] },
       ],
       ["lease-out", "applied", "refused"],
@@ -491,8 +667,16 @@ describe("with the gateway gone", () => {
 
     await stack.daemon.kill("SIGKILL"); // its last will says the gateway is offline
     try {
-      expect(await statusMatching("command", /^offline: /)).toEqual({ fill: "red", shape: "ring", text: "offline: no gateway serves it now" });
-      expect(await statusMatching("lease", /^waiting: /, 20_000)).toEqual({ fill: "yellow", shape: "ring", text: "waiting: no gateway answers" });
+      expect(await statusMatching("command", /^offline: /)).toEqual({
+        fill: "red",
+        shape: "ring",
+        text: "offline: no gateway serves it now",
+      });
+      expect(await statusMatching("lease", /^waiting: /, 20_000)).toEqual({
+        fill: "yellow",
+        shape: "ring",
+        text: "waiting: no gateway answers",
+      });
       expect(statusOf("command")!.text).toBe("offline: no gateway serves it now");
     } finally {
       const daemon = teardown.add(DaemonProcess.start(stack.dir, stack.config), (d) => stopDaemon(d));
@@ -503,13 +687,23 @@ describe("with the gateway gone", () => {
 
 describe("fencegate state", () => {
   it("emits the retained state first, then states and events as a lease is taken and a command applied", async () => {
-    const seen = await load(testFlow([brokerNode("b", "nr-watcher")], [{ id: "state", type: "fencegate-state", broker: "b", actuator: "valve-4", wires: [["states"], ["events"]] }], ["states", "events"]), ["states", "events"]);
+    const seen = await load(
+      testFlow(
+        [brokerNode("b", "nr-watcher")],
+        [{ id: "state", type: "fencegate-state", broker: "b", actuator: "valve-4", wires: [["states"], ["events"]] }],
+        ["states", "events"],
+      ),
+      ["states", "events"],
+    );
     expect((await nth(seen, "states")).payload).toMatchObject({ actuator: "valve-4", online: true, lease: null });
     await statusMatching("state", /^online, no lease$/);
     const granted = await ctl.acquire("valve-4", 5000);
     await ctl.command("valve-4", granted.lease.token, 0, { position: 61 });
     const applied = await until(() => seen.events!.find((m) => m.payload.type === "applied"), { what: "the applied event" });
-    expect(applied).toMatchObject({ topic: "valve-4", payload: { type: "applied", holder: "line-x", token: granted.lease.token, seq: 0, applied: { position: 61 } } });
+    expect(applied).toMatchObject({
+      topic: "valve-4",
+      payload: { type: "applied", holder: "line-x", token: granted.lease.token, seq: 0, applied: { position: 61 } },
+    });
     expect(seen.events!.map((m) => m.payload.type)).toEqual(expect.arrayContaining(["granted", "accepted", "applied"]));
     await until(() => seen.states!.find((m) => m.payload.lease?.holder === "line-x"), { what: "a state with line-x's lease" });
     await statusMatching("state", new RegExp(`^online, held by line-x \\(token ${granted.lease.token}\\)$`));
@@ -524,7 +718,13 @@ describe("the example flow (examples/primary-and-standby.json)", () => {
   /** The example as the import menu gives it, the brokers pointed at this test's (the primary's through `primaryUrl`). */
   function exampleFlow(primaryUrl = stack.broker.url, disabled: string[] = []): Json[] {
     const example = JSON.parse(readFileSync(join(installed.packageDir, "examples/primary-and-standby.json"), "utf8")) as Json[];
-    return example.map((n) => (n.type === "fencegate-broker" ? { ...n, url: n.holder === "line-a" ? primaryUrl : stack.broker.url } : n.type === "tab" ? { ...n, disabled: disabled.includes(n.id) } : n));
+    return example.map((n) =>
+      n.type === "fencegate-broker"
+        ? { ...n, url: n.holder === "line-a" ? primaryUrl : stack.broker.url }
+        : n.type === "tab"
+          ? { ...n, disabled: disabled.includes(n.id) }
+          : n,
+    );
   }
 
   /** Presses an inject node's button. */
@@ -535,7 +735,11 @@ describe("the example flow (examples/primary-and-standby.json)", () => {
     const held = (await nth(seen, "fg0adbglease001")).payload;
     expect(held).toMatchObject({ state: "held", holder: "line-a", actuator: "valve-1" });
     await statusMatching("fg0alease0000001", new RegExp(`^held, token ${held.token}$`));
-    expect((await nth(seen, "fg0bdbglease001")).payload).toMatchObject({ state: "standby", holder: "line-b", heldBy: { holder: "line-a", token: held.token } });
+    expect((await nth(seen, "fg0bdbglease001")).payload).toMatchObject({
+      state: "standby",
+      holder: "line-b",
+      heldBy: { holder: "line-a", token: held.token },
+    });
     await statusMatching("fg0blease0000001", /^standing by: held by line-a$/);
     await statusMatching("fg0astate0000001", new RegExp(`^online, held by line-a \\(token ${held.token}\\)$`));
     expect(errorsLogged()).toEqual([]);
@@ -554,16 +758,26 @@ describe("the example flow (examples/primary-and-standby.json)", () => {
     expect(taken).toMatchObject({ state: "held", holder: "line-b", token: primaryToken + 1 });
     await statusMatching("fg0blease0000001", new RegExp(`^held, token ${taken.token}$`));
     press("fg0binject000001");
-    expect((await nth(seen, "fg0bdbgapplied1")).payload).toMatchObject({ outcome: "applied", holder: "line-b", token: taken.token, applied: { position: 60 } });
+    expect((await nth(seen, "fg0bdbgapplied1")).payload).toMatchObject({
+      outcome: "applied",
+      holder: "line-b",
+      token: taken.token,
+      applied: { position: 60 },
+    });
 
     await helper.setFlows(exampleFlow(), "flows");
     const primary = record(["fg0adbglease001", "fg0adbgapplied1", "fg0adbgrefused1"]);
-    expect((await nth(primary, "fg0adbglease001")).payload).toMatchObject({ state: "standby", heldBy: { holder: "line-b", token: taken.token } });
+    expect((await nth(primary, "fg0adbglease001")).payload).toMatchObject({
+      state: "standby",
+      heldBy: { holder: "line-b", token: taken.token },
+    });
     const wireBefore = commandsOnTheWire.filter((c) => c.body.holder === "line-a").length;
     press("fg0ainject000001");
     const refused = (await nth(primary, "fg0adbgrefused1")).payload;
     expect(refused).toMatchObject({ outcome: "refused", code: "NO_LEASE", sent: false, holder: "line-a" });
-    expect(refused.message).toBe(`No lease on valve-1 (holder line-a): standing by, held by line-b (token ${taken.token}). Nothing was sent.`);
+    expect(refused.message).toBe(
+      `No lease on valve-1 (holder line-a): standing by, held by line-b (token ${taken.token}). Nothing was sent.`,
+    );
     expect(statusOf("fg0acommand0001")).toMatchObject({ fill: "red", text: "refused: no lease held, nothing sent" });
     expect(commandsOnTheWire.filter((c) => c.body.holder === "line-a").length).toBe(wireBefore);
     expect(stack.sim.device(1).targetPosition).toBe(60);
@@ -578,19 +792,33 @@ describe("the example flow (examples/primary-and-standby.json)", () => {
     // was already on its way, under the token it held.
     primaryLink.hold();
     press("fg0ainject000001");
-    await until(() => primaryLink.connections.some((c) => c.upstream.includes('"position":25')), { what: "the primary's command to leave its Node-RED" });
+    await until(() => primaryLink.connections.some((c) => c.upstream.includes('"position":25')), {
+      what: "the primary's command to leave its Node-RED",
+    });
     // Its lease runs out at the gateway; the standby takes it and commands.
     const taken = (await nth(seen, "fg0bdbglease001", 2, 15_000)).payload;
     expect(taken).toMatchObject({ state: "held", holder: "line-b", token: primaryToken + 1 });
     press("fg0binject000001");
-    expect((await nth(seen, "fg0bdbgapplied1")).payload).toMatchObject({ outcome: "applied", token: taken.token, applied: { position: 60 } });
+    expect((await nth(seen, "fg0bdbgapplied1")).payload).toMatchObject({
+      outcome: "applied",
+      token: taken.token,
+      applied: { position: 60 },
+    });
     // By its own clock, the primary knew its lease was gone (it showed so while its link was held).
     expect(statusesOf("fg0alease0000001").map((s) => s.text)).toContain("lost: LEASE_EXPIRED");
 
     // The primary wakes: its old command reaches the gateway, which refuses it.
     primaryLink.resume();
     const refused = (await nth(seen, "fg0adbgrefused1")).payload;
-    expect(refused).toMatchObject({ outcome: "refused", code: "STALE_TOKEN", sent: true, holder: "line-a", fence: { token: taken.token, seq: 0 }, lease: { holder: "line-b", token: taken.token }, set: { position: 25 } });
+    expect(refused).toMatchObject({
+      outcome: "refused",
+      code: "STALE_TOKEN",
+      sent: true,
+      holder: "line-a",
+      fence: { token: taken.token, seq: 0 },
+      lease: { holder: "line-b", token: taken.token },
+      set: { position: 25 },
+    });
     expect(statusOf("fg0acommand0001")).toMatchObject({ fill: "red", text: "refused: STALE_TOKEN" });
     expect(seen.fg0adbgapplied1).toEqual([]);
     expect(stack.sim.device(1).targetPosition).toBe(60);

@@ -73,7 +73,10 @@ describe("the controller package", () => {
     expect(files.filter((f) => f.endsWith(".node") || f.endsWith("binding.gyp"))).toEqual([]);
     const building = files
       .filter((f) => f.endsWith("package.json"))
-      .map((f) => ({ f, m: JSON.parse(readFileSync(join(project, "node_modules", f), "utf8")) as { gypfile?: boolean; scripts?: Record<string, string> } }))
+      .map((f) => ({
+        f,
+        m: JSON.parse(readFileSync(join(project, "node_modules", f), "utf8")) as { gypfile?: boolean; scripts?: Record<string, string> },
+      }))
       .filter(({ m }) => m.gypfile === true || ["preinstall", "install", "postinstall"].some((s) => m.scripts?.[s] !== undefined))
       .map(({ f }) => f);
     expect(building).toEqual([]);
@@ -103,13 +106,21 @@ describe("the controller package", () => {
     const held = await other.acquire("valve-1", { ttlMs: 5000 });
     const releasing = new Promise((resolve) => setTimeout(resolve, 1500)).then(() => held.release());
     try {
-      const ran = await run(process.execPath, ["controller.mjs"], { cwd: plain, env: { FENCEGATE_BROKER: stack.broker.url }, timeoutMs: 30_000 });
+      const ran = await run(process.execPath, ["controller.mjs"], {
+        cwd: plain,
+        env: { FENCEGATE_BROKER: stack.broker.url },
+        timeoutMs: 30_000,
+      });
       await releasing;
       expect(ran.stderr).toBe("");
       expect(ran.code).toBe(0);
       const lines = ran.stdout.trim().split("\n");
       expect(lines[0]).toBe(`holding valve-1 with token ${held.token + 1}`);
-      expect(lines.slice(1)).toEqual([`applied {"position":42.5} as seq 0`, `position 42.5, fence ${held.token + 1}/0`, "state: online true"]);
+      expect(lines.slice(1)).toEqual([
+        `applied {"position":42.5} as seq 0`,
+        `position 42.5, fence ${held.token + 1}/0`,
+        "state: online true",
+      ]);
       expect(ran.ms).toBeGreaterThan(1400); // it waited out LEASE_HELD, not failed at it
     } finally {
       await other.close();
@@ -129,7 +140,18 @@ export { applied, seq, refused };
     );
     writeFileSync(
       join(project, "tsconfig.json"),
-      JSON.stringify({ compilerOptions: { module: "nodenext", moduleResolution: "nodenext", target: "es2022", strict: true, noEmit: true, types: ["node"], typeRoots: [join(ROOT, "node_modules/@types")] }, files: ["controller.ts"] }),
+      JSON.stringify({
+        compilerOptions: {
+          module: "nodenext",
+          moduleResolution: "nodenext",
+          target: "es2022",
+          strict: true,
+          noEmit: true,
+          types: ["node"],
+          typeRoots: [join(ROOT, "node_modules/@types")],
+        },
+        files: ["controller.ts"],
+      }),
     );
     const checked = await run(process.execPath, [join(ROOT, "node_modules/typescript/bin/tsc"), "-p", "."], { cwd: project });
     expect(checked.stdout + checked.stderr).toBe("");

@@ -50,7 +50,10 @@ beforeAll(async () => {
   prefix = join(dir, "prefix");
   // As README and docs/deploy.md say to type: npm 11's install-script policy covers global
   // installs only by the flag (a package's own allowScripts counts in a project only).
-  installed = await run("npm", ["install", "-g", "--prefix", prefix, `--allow-scripts=${NATIVE_PACKAGES.join(",")}`, tarball], { cwd: dir, env });
+  installed = await run("npm", ["install", "-g", "--prefix", prefix, `--allow-scripts=${NATIVE_PACKAGES.join(",")}`, tarball], {
+    cwd: dir,
+    env,
+  });
   blockedPrefix = join(dir, "prefix-blocked");
   blocked = await run("npm", ["install", "-g", "--prefix", blockedPrefix, "--ignore-scripts", tarball], { cwd: dir, env });
   deployDir = join(dir, "opt-fencegate");
@@ -87,16 +90,34 @@ describe("the gateway package", () => {
       const started = await run(bin, args, { cwd: dir, timeoutMs: 60_000 });
       expect(started.code, args[0]).toBe(78);
       expect(started.stdout, args[0]).toBe("");
-      expect(started.stderr, args[0]).toMatch(/^fencegate: SQLite, which keeps the journal, is not installed: .* Install again allowing it, `npm install -g --allow-scripts=better-sqlite3,@serialport\/bindings-cpp \.\/fencegate-[0-9.]+\.tgz` \(docs\/deploy\.md\), or run `npm rebuild better-sqlite3` in .*\.\n$/);
+      expect(started.stderr, args[0]).toMatch(
+        /^fencegate: SQLite, which keeps the journal, is not installed: .* Install again allowing it, `npm install -g --allow-scripts=better-sqlite3,@serialport\/bindings-cpp \.\/fencegate-[0-9.]+\.tgz` \(docs\/deploy\.md\), or run `npm rebuild better-sqlite3` in .*\.\n$/,
+      );
     }
   });
 
   it("ships the build and what it needs, no sources, tests, TypeScript or tsx", () => {
     const pkg = join(prefix, "lib/node_modules/fencegate");
     const files = filesUnder(pkg).filter((f) => !f.startsWith("node_modules/"));
-    expect(files).toEqual(expect.arrayContaining(["bin/fencegate.mjs", "dist/fencegate.js", "dist/status-page/index.html", "dist/status-page/status.js", "dist/status-page/status.css", "config/embedded.yaml", "config/fencegate.service", "docs/mqtt-api.md", "LICENSE", "README.md"]));
-    expect(files.filter((f) => /^(src|test|firmware-bridge|bench|packages)\//.test(f) || (f.endsWith(".ts") && !f.endsWith(".d.ts")))).toEqual([]);
-    for (const dev of ["tsx", "typescript", "esbuild", "vitest", "zod", "mqtt"]) expect(existsSync(join(pkg, "node_modules", dev)), dev).toBe(false);
+    expect(files).toEqual(
+      expect.arrayContaining([
+        "bin/fencegate.mjs",
+        "dist/fencegate.js",
+        "dist/status-page/index.html",
+        "dist/status-page/status.js",
+        "dist/status-page/status.css",
+        "config/embedded.yaml",
+        "config/fencegate.service",
+        "docs/mqtt-api.md",
+        "LICENSE",
+        "README.md",
+      ]),
+    );
+    expect(
+      files.filter((f) => /^(src|test|firmware-bridge|bench|packages)\//.test(f) || (f.endsWith(".ts") && !f.endsWith(".d.ts"))),
+    ).toEqual([]);
+    for (const dev of ["tsx", "typescript", "esbuild", "vitest", "zod", "mqtt"])
+      expect(existsSync(join(pkg, "node_modules", dev)), dev).toBe(false);
     const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8")) as { dependencies: Record<string, string> };
     expect(Object.keys(manifest.dependencies).sort()).toEqual(["@serialport/bindings-cpp", "better-sqlite3"]);
   });

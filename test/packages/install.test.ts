@@ -16,7 +16,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 function manifestsCopy(name: string, extra: readonly string[] = []): string {
   const root = join(dir, name);
   const manifest = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { workspaces: string[] };
-  for (const entry of ["package.json", "package-lock.json", ...manifest.workspaces.map((w) => `${w}/package.json`), ...extra]) cpSync(join(ROOT, entry), join(root, entry), { recursive: true });
+  for (const entry of ["package.json", "package-lock.json", ...manifest.workspaces.map((w) => `${w}/package.json`), ...extra])
+    cpSync(join(ROOT, entry), join(root, entry), { recursive: true });
   return root;
 }
 
@@ -25,7 +26,10 @@ describe("a fresh clone", () => {
   // the first npm start and npm test, open with an EBADENGINE warning.
   it(`installs with npm ci without an engine warning on Node ${process.versions.node}`, async () => {
     const root = manifestsCopy("ci");
-    const ci = await run("npm", ["ci", "--dry-run", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"], { cwd: root, timeoutMs: 120_000 });
+    const ci = await run("npm", ["ci", "--dry-run", "--offline", "--ignore-scripts", "--no-audit", "--no-fund"], {
+      cwd: root,
+      timeoutMs: 120_000,
+    });
     expect(ci.code, ci.stderr).toBe(0);
     expect(ci.stderr).not.toMatch(/EBADENGINE|npm warn/);
   });

@@ -22,7 +22,16 @@ import { startStack, Teardown, type Stack } from "../support/stack.ts";
 import { until } from "../support/watch.ts";
 
 const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"];
+const CHROMIUM_FLAGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
 const SCREENSHOT = resolve(import.meta.dirname, "../../docs/node-red-editor.png");
 const TYPES = ["fencegate-broker", "fencegate-lease", "fencegate-command", "fencegate-state"];
 
@@ -49,27 +58,47 @@ beforeAll(async () => {
   });
   installed = await installNodeRedPackage(stack.dir);
   // The example as a user imports it, its brokers pointed at this test's; no first-run tour over the editor.
-  const example = JSON.parse(readFileSync(join(installed.packageDir, "examples/primary-and-standby.json"), "utf8")) as Record<string, unknown>[];
-  writeFileSync(join(installed.userDir, "flows.json"), JSON.stringify(example.map((n) => (n.type === "fencegate-broker" ? { ...n, url: stack.broker.url } : n))));
+  const example = JSON.parse(readFileSync(join(installed.packageDir, "examples/primary-and-standby.json"), "utf8")) as Record<
+    string,
+    unknown
+  >[];
+  writeFileSync(
+    join(installed.userDir, "flows.json"),
+    JSON.stringify(example.map((n) => (n.type === "fencegate-broker" ? { ...n, url: stack.broker.url } : n))),
+  );
   const port = await freePort();
   writeFileSync(
     join(installed.userDir, "settings.js"),
     `module.exports = ${JSON.stringify({ uiPort: port, uiHost: "127.0.0.1", flowFile: "flows.json", credentialSecret: false, editorTheme: { tours: false, projects: { enabled: false } }, telemetry: { enabled: false }, logging: { console: { level: "info" } } })};\n`,
   );
   editor = `http://127.0.0.1:${port}`;
-  const nodeRed: ChildProcess = teardown.add(spawn(process.execPath, [runtime.cli, "--userDir", installed.userDir, "--settings", join(installed.userDir, "settings.js")], { stdio: ["ignore", "pipe", "pipe"] }), (c) => {
-    c.kill("SIGTERM");
-    return new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)));
-  });
+  const nodeRed: ChildProcess = teardown.add(
+    spawn(process.execPath, [runtime.cli, "--userDir", installed.userDir, "--settings", join(installed.userDir, "settings.js")], {
+      stdio: ["ignore", "pipe", "pipe"],
+    }),
+    (c) => {
+      c.kill("SIGTERM");
+      return new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)));
+    },
+  );
   nodeRed.stdout!.on("data", (d: Buffer) => (nodeRedOutput += d.toString()));
   nodeRed.stderr!.on("data", (d: Buffer) => (nodeRedOutput += d.toString()));
   await waitForPort(port, 60_000).catch((err: Error) => {
     throw new Error(`Node-RED did not start: ${err.message}\n${nodeRedOutput}`);
   });
-  await until(() => nodeRedOutput.includes("Started flows"), { what: `Node-RED to start the flows:\n${nodeRedOutput}`, timeoutMs: 30_000, everyMs: 50 });
+  await until(() => nodeRedOutput.includes("Started flows"), {
+    what: `Node-RED to start the flows:\n${nodeRedOutput}`,
+    timeoutMs: 30_000,
+    everyMs: 50,
+  });
   const profile = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-chromium-")), (d) => rmSync(d, { recursive: true, force: true }));
   const context = teardown.add(
-    await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS, viewport: { width: 1280, height: 760 } }),
+    await chromium.launchPersistentContext(profile, {
+      executablePath: CHROMIUM,
+      headless: true,
+      args: CHROMIUM_FLAGS,
+      viewport: { width: 1280, height: 760 },
+    }),
     (c) => c.close(),
   );
   page = context.pages()[0] ?? (await context.newPage());
@@ -80,10 +109,22 @@ afterAll(() => teardown.run());
 describe("the Node-RED package", () => {
   it("packs the nodes, their help, the example and the README; only fencegate-client at run time", () => {
     const manifest = JSON.parse(readFileSync(join(installed.packageDir, "package.json"), "utf8"));
-    expect(manifest).toMatchObject({ name: "@fencegate/node-red", keywords: expect.arrayContaining(["node-red"]), "node-red": { nodes: { fencegate: "nodes/fencegate.js" } } });
+    expect(manifest).toMatchObject({
+      name: "@fencegate/node-red",
+      keywords: expect.arrayContaining(["node-red"]),
+      "node-red": { nodes: { fencegate: "nodes/fencegate.js" } },
+    });
     expect(manifest.dependencies).toEqual({ "fencegate-client": expect.any(String) });
     expect(filesUnder(installed.packageDir).sort()).toEqual(
-      ["LICENSE", "README.md", "package.json", "examples/primary-and-standby.json", "nodes/fencegate.html", "nodes/fencegate.js", ...["connections", "lease-keeper", "names", "register", "setpoints"].map((f) => `nodes/lib/${f}.mjs`)].sort(),
+      [
+        "LICENSE",
+        "README.md",
+        "package.json",
+        "examples/primary-and-standby.json",
+        "nodes/fencegate.html",
+        "nodes/fencegate.js",
+        ...["connections", "lease-keeper", "names", "register", "setpoints"].map((f) => `nodes/lib/${f}.mjs`),
+      ].sort(),
     );
   });
 
@@ -102,20 +143,36 @@ describe("the Node-RED package", () => {
     expect(JSON.parse((await adminGet("/library/examples/flows/")).body)).toContain("@fencegate/node-red");
     expect(JSON.parse((await adminGet("/library/examples/flows/@fencegate/node-red")).body)).toEqual([{ fn: "primary-and-standby" }]);
     const example = await adminGet("/library/examples/flows/@fencegate/node-red/primary-and-standby");
-    expect(JSON.parse(example.body)).toEqual(JSON.parse(readFileSync(join(installed.packageDir, "examples/primary-and-standby.json"), "utf8")));
+    expect(JSON.parse(example.body)).toEqual(
+      JSON.parse(readFileSync(join(installed.packageDir, "examples/primary-and-standby.json"), "utf8")),
+    );
   });
 
   it("shows the fencegate palette category with lease, command and state, the example's statuses live, and each node's help", async () => {
     await page.goto(editor);
     const palette = page.locator("#red-ui-palette-container-fencegate");
     await palette.waitFor({ timeout: 30_000 });
-    expect(await palette.locator(".red-ui-palette-node").evaluateAll((nodes) => nodes.map((n) => n.getAttribute("data-palette-type")))).toEqual(["fencegate-lease", "fencegate-command", "fencegate-state"]);
+    expect(
+      await palette.locator(".red-ui-palette-node").evaluateAll((nodes) => nodes.map((n) => n.getAttribute("data-palette-type"))),
+    ).toEqual(["fencegate-lease", "fencegate-command", "fencegate-state"]);
     expect(await palette.locator(".red-ui-palette-label").allTextContents()).toEqual(["lease", "command", "state"]);
     // The deployed example, live: the primary holds, and says so on its node.
-    await page.waitForFunction(() => Array.from(document.querySelectorAll(".red-ui-flow-node-status-label")).some((l) => /^held, token \d+$/.test(l.textContent ?? "")), undefined, { timeout: 15_000 });
+    await page.waitForFunction(
+      () =>
+        Array.from(document.querySelectorAll(".red-ui-flow-node-status-label")).some((l) => /^held, token \d+$/.test(l.textContent ?? "")),
+      undefined,
+      { timeout: 15_000 },
+    );
     const res = await fetch(`${editor}/inject/fg0ainject000001`, { method: "POST" });
     expect(res.status).toBe(200);
-    await page.waitForFunction(() => Array.from(document.querySelectorAll(".red-ui-flow-node-status-label")).some((l) => /^applied, token \d+ seq 0$/.test(l.textContent ?? "")), undefined, { timeout: 15_000 });
+    await page.waitForFunction(
+      () =>
+        Array.from(document.querySelectorAll(".red-ui-flow-node-status-label")).some((l) =>
+          /^applied, token \d+ seq 0$/.test(l.textContent ?? ""),
+        ),
+      undefined,
+      { timeout: 15_000 },
+    );
     if (process.env.UPDATE_SCREENSHOT === "1") {
       await page.locator("#red-ui-palette-search input").pressSequentially("fencegate"); // the palette shows our category alone
       await page.locator('.red-ui-palette-node[data-palette-type="inject"]').waitFor({ state: "hidden" });
@@ -127,7 +184,10 @@ describe("the Node-RED package", () => {
       ["fencegate-state", "Follows an actuator"],
       ["fencegate-broker", "Where the fencegate gateways are"],
     ] as const) {
-      const help = await page.evaluate((t) => (window as unknown as { RED: { nodes: { getNodeHelp(type: string): string } } }).RED.nodes.getNodeHelp(t), type);
+      const help = await page.evaluate(
+        (t) => (window as unknown as { RED: { nodes: { getNodeHelp(type: string): string } } }).RED.nodes.getNodeHelp(t),
+        type,
+      );
       expect(help, type).toContain(opening);
     }
   });

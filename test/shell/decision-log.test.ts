@@ -89,7 +89,10 @@ describe("the decision log", () => {
     expect(grant).toMatchObject({ ok: true });
     const token = (grant as { lease: { token: number } }).lease.token;
     expect(await submit({ verb: "lease/renew", holder: "line-a", token })).toMatchObject({ ok: true });
-    expect(await submit({ verb: "lease/acquire", holder: "standby", ttlMs: 30_000 })).toMatchObject({ ok: false, error: { code: "LEASE_HELD" } });
+    expect(await submit({ verb: "lease/acquire", holder: "standby", ttlMs: 30_000 })).toMatchObject({
+      ok: false,
+      error: { code: "LEASE_HELD" },
+    });
     expect(await submit({ verb: "lease/release", holder: "line-a", token })).toMatchObject({ ok: true });
     const short = await submit({ verb: "lease/acquire", holder: "line-b", ttlMs: 50 });
     expect(short).toMatchObject({ ok: true });
@@ -115,7 +118,9 @@ describe("the decision log", () => {
     for (let i = 0; i < 3; i++) await submit({ verb: "command", holder: "intruder", token, seq: i, set: { position: 1 } });
     expect(lines.filter((l) => l.level >= INFO && l["holder"] !== "line-a")).toEqual([]);
     await until(() => lines.filter((l) => typeof l["count"] === "number").length >= 2, { what: "the summaries" });
-    const summaries = lines.filter((l) => typeof l["count"] === "number").map((l) => [l["actuator"], l["holder"], l["code"], l["count"], l.level]);
+    const summaries = lines
+      .filter((l) => typeof l["count"] === "number")
+      .map((l) => [l["actuator"], l["holder"], l["code"], l["count"], l.level]);
     expect(summaries).toEqual([
       [A, "standby", "LEASE_HELD", 5, DEBUG],
       [A, "intruder", "NOT_HOLDER", 3, INFO],

@@ -53,17 +53,17 @@ function setup(queueLimit = 10_000, ids: readonly string[] = [A]) {
       outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: (view) => states.push(view) },
       log: pino({ level: "silent" }),
       actuators: ids.map((id) => ({
-          id,
-          config: {
-            points: { position: { writable: true, min: 0, max: 100 } },
-            expiryPolicy: { kind: "hold" },
-            limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 },
-          },
-          device: devices.get(id)!,
-          fenced: false,
-          pollIntervalMs: 3_600_000,
-          defaultDeadlineMs: 5_000,
-        })),
+        id,
+        config: {
+          points: { position: { writable: true, min: 0, max: 100 } },
+          expiryPolicy: { kind: "hold" },
+          limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 },
+        },
+        device: devices.get(id)!,
+        fenced: false,
+        pollIntervalMs: 3_600_000,
+        defaultDeadlineMs: 5_000,
+      })),
       onFatal: (err) => {
         throw err;
       },
@@ -108,7 +108,13 @@ describe("what the shell shows, and when", () => {
     device.writes[1]!.answer({ kind: "applied", applied: { position: 41 } });
     await gateway.drain(1_000); // a clean stop commits the trail
     expect(journal.commitCount).toBe(2);
-    expect(journal.crash().load().get(A)!.recent.map((r) => [r.seq, r.outcome?.kind])).toEqual([
+    expect(
+      journal
+        .crash()
+        .load()
+        .get(A)!
+        .recent.map((r) => [r.seq, r.outcome?.kind]),
+    ).toEqual([
       [5, "applied"],
       [6, "applied"],
     ]);
@@ -128,7 +134,10 @@ describe("what the shell shows, and when", () => {
     await turn();
     expect(gateway.committer.backlog().records).toBe(3); // two of the first command, the intent of the second
     gateway.submit(A, 4, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
-    expect(replies.get(4)).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: expect.stringMatching(/journal is 3 records behind/) } });
+    expect(replies.get(4)).toMatchObject({
+      ok: false,
+      error: { code: "OVERLOADED", message: expect.stringMatching(/journal is 3 records behind/) },
+    });
     expect(device.writes).toHaveLength(2);
   });
 
@@ -142,15 +151,28 @@ describe("what the shell shows, and when", () => {
     await turn();
     expect(gateway.committer.backlog().records).toBe(0); // the grants are durable
     // valve-1's controller floods: two commands answered, four records (intent, outcome) waiting.
-    for (const [ref, seq] of [[3, 1], [4, 2]] as const) {
+    for (const [ref, seq] of [
+      [3, 1],
+      [4, 2],
+    ] as const) {
       gateway.submit(A, ref, { verb: "command", holder: "line-a", token: 1, seq, set: { position: seq } });
       await turn();
-      devices.get(A)!.writes.at(-1)!.answer({ kind: "applied", applied: { position: seq } });
+      devices
+        .get(A)!
+        .writes.at(-1)!
+        .answer({ kind: "applied", applied: { position: seq } });
       await turn();
     }
     expect(gateway.committer.backlogOf(A)).toBe(4);
     gateway.submit(A, 5, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
-    expect(replies.get(5)).toMatchObject({ ok: false, error: { code: "OVERLOADED", message: "The journal is 4 records behind (4 of them this actuator's, its share) (the disk is slower than the commands); the command was not sent. Retry shortly." } });
+    expect(replies.get(5)).toMatchObject({
+      ok: false,
+      error: {
+        code: "OVERLOADED",
+        message:
+          "The journal is 4 records behind (4 of them this actuator's, its share) (the disk is slower than the commands); the command was not sent. Retry shortly.",
+      },
+    });
     expect(devices.get(A)!.writes).toHaveLength(2);
     // valve-2 is not held back by valve-1's flood.
     gateway.submit(B, 6, { verb: "command", holder: "line-b", token: 1, seq: 1, set: { position: 7 } });
@@ -158,6 +180,8 @@ describe("what the shell shows, and when", () => {
     devices.get(B)!.writes[0]!.answer({ kind: "applied", applied: { position: 7 } });
     await turn();
     expect(replies.get(6)).toMatchObject({ ok: true, outcome: "applied" });
-    expect(gateway.committer.saturation()).toMatch(/^the journal is 6 records behind: valve-1 holds its share of journal\.auditQueueLimit \(4 records each\)/);
+    expect(gateway.committer.saturation()).toMatch(
+      /^the journal is 6 records behind: valve-1 holds its share of journal\.auditQueueLimit \(4 records each\)/,
+    );
   });
 });

@@ -10,7 +10,9 @@ const RECHECK_CODES = new Set(["STALE_TOKEN", "LEASE_EXPIRED", "NOT_HOLDER", "ST
 
 function refusedAtDequeue(before: ActuatorState, effects: readonly Effect[]): QueuedCommand | undefined {
   return before.queue.find((cmd) =>
-    effects.some((e) => e.kind === "reply" && cmd.ref !== null && e.ref === cmd.ref && !e.reply.ok && RECHECK_CODES.has(e.reply.error.code)),
+    effects.some(
+      (e) => e.kind === "reply" && cmd.ref !== null && e.ref === cmd.ref && !e.reply.ok && RECHECK_CODES.has(e.reply.error.code),
+    ),
   );
 }
 
@@ -26,7 +28,13 @@ export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, in
   const effects: Effect[] = result.effects.filter(
     (e) =>
       !(e.kind === "reply" && e.ref === cmd.ref) &&
-      !(e.kind === "event" && e.event.type === "rejected" && e.event.holder === cmd.holder && e.event.token === cmd.token && e.event.seq === cmd.seq),
+      !(
+        e.kind === "event" &&
+        e.event.type === "rejected" &&
+        e.event.holder === cmd.holder &&
+        e.event.token === cmd.token &&
+        e.event.seq === cmd.seq
+      ),
   );
   const record = { holder: cmd.holder, token: cmd.token, seq: cmd.seq, set: cmd.set, outcome: null };
   effects.push(
@@ -61,7 +69,8 @@ export function grantAfterWriteStep(config: ActuatorConfig, state: ActuatorState
  * (OUTCOME_UNKNOWN) is taken, and replied, as applied.
  */
 export function unconfirmedAppliedStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
-  if (input.type !== "deviceResult" || input.outcome.kind !== "failed" || input.outcome.code !== "OUTCOME_UNKNOWN") return step(config, state, input);
+  if (input.type !== "deviceResult" || input.outcome.kind !== "failed" || input.outcome.code !== "OUTCOME_UNKNOWN")
+    return step(config, state, input);
   const set = state.inFlight?.set ?? {};
   return step(config, state, { ...input, outcome: { kind: "applied", applied: set } });
 }
@@ -103,5 +112,12 @@ export function grantReplyBeforeDurableStep(config: ActuatorConfig, state: Actua
   const grant = result.effects.findIndex((e) => e.kind === "persist" && e.record.type === "granted");
   if (grant < 0) return result;
   const replies = result.effects.filter((e) => e.kind === "reply");
-  return { state: result.state, effects: [...result.effects.slice(0, grant).filter((e) => e.kind !== "reply"), ...replies, ...result.effects.slice(grant).filter((e) => e.kind !== "reply")] };
+  return {
+    state: result.state,
+    effects: [
+      ...result.effects.slice(0, grant).filter((e) => e.kind !== "reply"),
+      ...replies,
+      ...result.effects.slice(grant).filter((e) => e.kind !== "reply"),
+    ],
+  };
 }

@@ -14,7 +14,8 @@ export function checkSeeds(first: number, count: number): void {
       const failures: string[] = [];
       for (let seed = from; seed <= to; seed++) {
         const result = await runSeed(seed);
-        if (result.violations.length > 0) failures.push(`seed ${seed} (replay: npm run sim -- --seed ${seed}):\n  ${result.violations.join("\n  ")}`);
+        if (result.violations.length > 0)
+          failures.push(`seed ${seed} (replay: npm run sim -- --seed ${seed}):\n  ${result.violations.join("\n  ")}`);
       }
       expect(failures.join("\n")).toBe("");
     });

@@ -27,7 +27,14 @@ export class TestController {
   static async connect(url: string, holder: string, options: { base?: string; v5?: boolean } = {}): Promise<TestController> {
     const v5 = options.v5 ?? true;
     // Nagle off, as a real controller should: otherwise each request waits ~40-88 ms.
-    const client = tcpNoDelay(await mqtt.connectAsync({ ...brokerAddress(url), protocolVersion: v5 ? 5 : 4, clientId: `test-${holder}-${randomUUID().slice(0, 8)}`, reconnectPeriod: 200 }));
+    const client = tcpNoDelay(
+      await mqtt.connectAsync({
+        ...brokerAddress(url),
+        protocolVersion: v5 ? 5 : 4,
+        clientId: `test-${holder}-${randomUUID().slice(0, 8)}`,
+        reconnectPeriod: 200,
+      }),
+    );
     const c = new TestController(client, options.base ?? "fencegate", holder, v5);
     client.on("message", (topic, payload, packet) => c.onMessage(topic, payload, packet.properties?.correlationData));
     await client.subscribeAsync(v5 ? c.replyTopic : `${c.base}/+/reply/${holder}`, { qos: 1 });
@@ -68,12 +75,20 @@ export class TestController {
         resolve(reply);
       });
       const properties = this.v5 ? { responseTopic: this.replyTopic, correlationData: Buffer.from(key) } : undefined;
-      this.client.publish(`${this.base}/${actuator}/${verb}`, JSON.stringify(full), { qos: 1, retain: options.retain ?? false, ...(properties ? { properties } : {}) });
+      this.client.publish(`${this.base}/${actuator}/${verb}`, JSON.stringify(full), {
+        qos: 1,
+        retain: options.retain ?? false,
+        ...(properties ? { properties } : {}),
+      });
     });
   }
 
   /** Publishes raw bytes and waits for whatever reply carries `id` (if any) for `waitMs`. */
-  async raw(topic: string, payload: Buffer | string, options: { retain?: boolean; id?: string; waitMs?: number } = {}): Promise<Json | null> {
+  async raw(
+    topic: string,
+    payload: Buffer | string,
+    options: { retain?: boolean; id?: string; waitMs?: number } = {},
+  ): Promise<Json | null> {
     const key = options.id ?? randomUUID();
     const reply = new Promise<Json | null>((resolve) => {
       const timer = setTimeout(() => {

@@ -17,7 +17,10 @@ export type LogLine = Record<string, any> & { msg?: string };
 
 /** The reference valve's points, as the fenced or plain profile lays them out. */
 export function valvePoints(profile: "fenced" | "plain") {
-  const r = profile === "fenced" ? { target: FENCED.TARGET_POSITION, actual: FENCED.ACTUAL_POSITION, status: FENCED.STATUS } : { target: PLAIN.TARGET_POSITION, actual: PLAIN.ACTUAL_POSITION, status: PLAIN.STATUS };
+  const r =
+    profile === "fenced"
+      ? { target: FENCED.TARGET_POSITION, actual: FENCED.ACTUAL_POSITION, status: FENCED.STATUS }
+      : { target: PLAIN.TARGET_POSITION, actual: PLAIN.ACTUAL_POSITION, status: PLAIN.STATUS };
   return {
     position: { register: r.target, type: "u16", scale: 0.01, min: 0, max: 100, writable: true },
     actual: { register: r.actual, scale: 0.01, min: 0, max: 100 },
@@ -102,10 +105,18 @@ export class DaemonProcess {
    * flags; from `bin` (a bundle, see bundle.ts) instead of bin/fencegate.mjs if given, on
    * the `node` binary given (the benchmark's footprint on another Node) instead of this one.
    */
-  static start(dir: string, config: Record<string, unknown>, options: { nodeArgs?: readonly string[]; bin?: string; node?: string } = {}): DaemonProcess {
+  static start(
+    dir: string,
+    config: Record<string, unknown>,
+    options: { nodeArgs?: readonly string[]; bin?: string; node?: string } = {},
+  ): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(options.node ?? process.execPath, [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(
+      options.node ?? process.execPath,
+      [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
     return new DaemonProcess(child);
   }
 
@@ -154,7 +165,15 @@ export class DaemonProcess {
     const seen = this.logs.find(pred);
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`daemon did not log ${what} within ${timeoutMs} ms; stderr: ${this.stderr}; last lines: ${JSON.stringify(this.logs.slice(-5))}`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          reject(
+            new Error(
+              `daemon did not log ${what} within ${timeoutMs} ms; stderr: ${this.stderr}; last lines: ${JSON.stringify(this.logs.slice(-5))}`,
+            ),
+          ),
+        timeoutMs,
+      );
       this.waiters.push({
         pred,
         resolve: (l) => {
@@ -162,14 +181,17 @@ export class DaemonProcess {
           resolve(l);
         },
       });
-      void this.exited.then(({ code, signal }) => reject(new Error(`daemon exited (${code ?? signal}) before logging ${what}; stderr: ${this.stderr}`)));
+      void this.exited.then(({ code, signal }) =>
+        reject(new Error(`daemon exited (${code ?? signal}) before logging ${what}; stderr: ${this.stderr}`)),
+      );
     });
   }
 
   /** Ready to serve: MQTT connected and each fenced actuator's device fence read. */
   async ready(fencedActuators: readonly string[], timeoutMs = 15_000): Promise<void> {
     await this.waitForLog((l) => l.msg === "MQTT connected", timeoutMs, "MQTT connected");
-    for (const a of fencedActuators) await this.waitForLog((l) => l.msg === "device fence read" && l.actuator === a, timeoutMs, `the fence of ${a}`);
+    for (const a of fencedActuators)
+      await this.waitForLog((l) => l.msg === "device fence read" && l.actuator === a, timeoutMs, `the fence of ${a}`);
   }
 
   async kill(signal: NodeJS.Signals = "SIGKILL"): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {

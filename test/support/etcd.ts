@@ -79,7 +79,14 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
   const dir = mkdtempSync(join(tmpdir(), "fencegate-etcd-"));
   const members: Member[] = [];
   for (let i = 0; i < count; i++) {
-    members.push({ name: `e${i + 1}`, clientPort: await portBelowEphemeral(), peerPort: await portBelowEphemeral(), child: null, exited: Promise.resolve(), output: "" });
+    members.push({
+      name: `e${i + 1}`,
+      clientPort: await portBelowEphemeral(),
+      peerPort: await portBelowEphemeral(),
+      child: null,
+      exited: Promise.resolve(),
+      output: "",
+    });
   }
   const clientUrl = (m: Member) => `${scheme}://127.0.0.1:${m.clientPort}`;
   const initialCluster = members.map((m) => `${m.name}=http://127.0.0.1:${m.peerPort}`).join(",");
@@ -88,20 +95,34 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
 
   const launch = (m: Member) => {
     const args = [
-      "--name", m.name,
-      "--data-dir", join(dir, m.name),
-      "--listen-client-urls", clientUrl(m),
-      "--advertise-client-urls", clientUrl(m),
-      "--listen-peer-urls", `http://127.0.0.1:${m.peerPort}`,
-      "--initial-advertise-peer-urls", `http://127.0.0.1:${m.peerPort}`,
-      "--initial-cluster", initialCluster,
-      "--initial-cluster-token", token,
-      "--initial-cluster-state", "new",
-      "--logger", "zap",
-      "--log-outputs", "stderr",
-      "--log-level", "warn",
-      "--election-timeout", String(electionTimeoutMs),
-      "--heartbeat-interval", String(Math.max(10, Math.floor(electionTimeoutMs / 10))),
+      "--name",
+      m.name,
+      "--data-dir",
+      join(dir, m.name),
+      "--listen-client-urls",
+      clientUrl(m),
+      "--advertise-client-urls",
+      clientUrl(m),
+      "--listen-peer-urls",
+      `http://127.0.0.1:${m.peerPort}`,
+      "--initial-advertise-peer-urls",
+      `http://127.0.0.1:${m.peerPort}`,
+      "--initial-cluster",
+      initialCluster,
+      "--initial-cluster-token",
+      token,
+      "--initial-cluster-state",
+      "new",
+      "--logger",
+      "zap",
+      "--log-outputs",
+      "stderr",
+      "--log-level",
+      "warn",
+      "--election-timeout",
+      String(electionTimeoutMs),
+      "--heartbeat-interval",
+      String(Math.max(10, Math.floor(electionTimeoutMs / 10))),
       ...(tls ? ["--cert-file", tls.certFile, "--key-file", tls.keyFile, "--trusted-ca-file", tls.caFile, "--client-cert-auth"] : []),
     ];
     const child = spawn("etcd", args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -112,12 +133,22 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
     m.exited = new Promise((resolve) => child.once("exit", () => resolve()));
   };
 
-  const agentOptions = tls ? { ca: readFileSync(tls.caFile), cert: readFileSync(tls.client.certFile), key: readFileSync(tls.client.keyFile) } : {};
+  const agentOptions = tls
+    ? { ca: readFileSync(tls.caFile), cert: readFileSync(tls.client.certFile), key: readFileSync(tls.client.keyFile) }
+    : {};
   const request = (m: Member, method: string, path: string, body?: unknown, authToken?: string): Promise<{ status: number; json: any }> =>
     new Promise((resolve, reject) => {
       const transport = tls ? https : http;
       const req = transport.request(
-        { host: "127.0.0.1", port: m.clientPort, path, method, timeout: 2000, headers: authToken ? { authorization: authToken } : {}, ...agentOptions },
+        {
+          host: "127.0.0.1",
+          port: m.clientPort,
+          path,
+          method,
+          timeout: 2000,
+          headers: authToken ? { authorization: authToken } : {},
+          ...agentOptions,
+        },
         (res) => {
           let text = "";
           res.setEncoding("utf8").on("data", (s: string) => (text += s));

@@ -93,18 +93,31 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
   const dir = teardown.add(mkdtempSync(join(tmpdir(), `fencegate-${options.name}-`)), (d) => rmSync(d, { recursive: true, force: true }));
   // A single member never holds another election after its first: a short timeout makes
   // its start quick and lets short lease TTLs fit (src/config/schema.ts, hangProblem).
-  const etcdOptions = { ...options.etcd, electionTimeoutMs: options.etcd?.electionTimeoutMs ?? ((options.etcd?.members ?? 1) === 1 ? 100 : 1000) };
+  const etcdOptions = {
+    ...options.etcd,
+    electionTimeoutMs: options.etcd?.electionTimeoutMs ?? ((options.etcd?.members ?? 1) === 1 ? 100 : 1000),
+  };
   const etcd = teardown.add(await startEtcd(etcdOptions), (e) => e.stop());
   const broker = teardown.add(await startMosquitto(), (b) => b.stop());
-  const status = teardown.add(await TopicWatcher.connect(broker.url, GATEWAYS.map((_, i) => statusTopic(i))), (w) => w.close());
+  const status = teardown.add(
+    await TopicWatcher.connect(
+      broker.url,
+      GATEWAYS.map((_, i) => statusTopic(i)),
+    ),
+    (w) => w.close(),
+  );
   const profile = options.profile ?? "fenced";
-  const sim = teardown.add(await startSimulator({ rate: 0, profile, ...options.sim, tcp: { host: "127.0.0.1", port: 0 } }), (s) => s.close());
+  const sim = teardown.add(await startSimulator({ rate: 0, profile, ...options.sim, tcp: { host: "127.0.0.1", port: 0 } }), (s) =>
+    s.close(),
+  );
   const links: TcpLink[] = [];
-  for (let i = 0; i < GATEWAYS.length; i++) links.push(teardown.add(await startTcpLink({ host: "127.0.0.1", port: sim.tcp!.port }), (l) => l.close()));
+  for (let i = 0; i < GATEWAYS.length; i++)
+    links.push(teardown.add(await startTcpLink({ host: "127.0.0.1", port: sim.tcp!.port }), (l) => l.close()));
   const etcdLinks: TcpLink[] = [];
   if (options.etcdLinks) {
     const member = new URL(etcd.endpoints[0]!);
-    for (let i = 0; i < GATEWAYS.length; i++) etcdLinks.push(teardown.add(await startTcpLink({ host: member.hostname, port: Number(member.port) }), (l) => l.close()));
+    for (let i = 0; i < GATEWAYS.length; i++)
+      etcdLinks.push(teardown.add(await startTcpLink({ host: member.hostname, port: Number(member.port) }), (l) => l.close()));
   }
   const metricsPorts: number[] = [];
   if (options.metrics) for (let i = 0; i < GATEWAYS.length; i++) metricsPorts.push(await freePort());
@@ -173,7 +186,10 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     },
     async oneActive(timeoutMs = 20_000) {
       const r = () => stack.roles();
-      await until(() => r().filter((x) => x === "active").length === 1 && r().filter((x) => x === "standby").length === 1, { timeoutMs, what: `one gateway active, the other standing by (${r().join(", ")})` });
+      await until(() => r().filter((x) => x === "active").length === 1 && r().filter((x) => x === "standby").length === 1, {
+        timeoutMs,
+        what: `one gateway active, the other standing by (${r().join(", ")})`,
+      });
       return r().indexOf("active");
     },
     async waitActive(timeoutMs = 15_000, among = GATEWAYS.map((_, i) => i)) {

@@ -61,9 +61,11 @@ export const truncate = (bytes: number) => (a: Answer) => {
   a.cut = bytes;
 };
 /** Answer with another transaction id (TCP). */
-export const wrongTransactionId = (delta = 1) => (a: Answer) => {
-  a.tidDelta = delta;
-};
+export const wrongTransactionId =
+  (delta = 1) =>
+  (a: Answer) => {
+    a.tidDelta = delta;
+  };
 export const wrongUnit = (unit: number) => (a: Answer) => {
   a.unit = unit;
 };
@@ -93,7 +95,10 @@ export const echo = (fields: { address?: number; quantity?: number }) => (a: Ans
 };
 
 /** The fenced profile's identity block (magic, profile, version, setpoint count) at register 0. */
-export function fencedIdentity(setpointRegisters = 1, overrides: Partial<Record<"magic" | "profile" | "version" | "setpoints", number>> = {}): number[] {
+export function fencedIdentity(
+  setpointRegisters = 1,
+  overrides: Partial<Record<"magic" | "profile" | "version" | "setpoints", number>> = {},
+): number[] {
   return [
     overrides.magic ?? PROFILE_MAGIC,
     overrides.profile ?? PROFILE_ID.FENCED,
@@ -177,7 +182,13 @@ export class MisbehavingSlave {
     const i = this.faults.findIndex((f) => f.fc === undefined || f.fc === request.fc);
     const fault = i >= 0 ? this.faults[i]! : undefined;
     if (fault && fault.left > 0 && --fault.left === 0) this.faults.splice(i, 1);
-    const answer: Answer = { unit, pdu: fault?.apply === false ? Buffer.from([pdu[0]!]) : this.execute(request, pdu), tidDelta: 0, cut: null, silent: false };
+    const answer: Answer = {
+      unit,
+      pdu: fault?.apply === false ? Buffer.from([pdu[0]!]) : this.execute(request, pdu),
+      tidDelta: 0,
+      cut: null,
+      silent: false,
+    };
     fault?.spoil(answer, request);
     return answer;
   }

@@ -56,7 +56,10 @@ async function brokerOnFreePorts(extraConfig: BrokerConfig): Promise<Broker> {
   const extra = typeof extraConfig === "function" ? extraConfig(extraPort!) : extraConfig;
   const dir = mkdtempSync(join(tmpdir(), "fencegate-mosquitto-"));
   const conf = join(dir, "mosquitto.conf");
-  writeFileSync(conf, [`listener ${port} 127.0.0.1`, "allow_anonymous true", "set_tcp_nodelay true", "persistence false", extra].join("\n") + "\n");
+  writeFileSync(
+    conf,
+    [`listener ${port} 127.0.0.1`, "allow_anonymous true", "set_tcp_nodelay true", "persistence false", extra].join("\n") + "\n",
+  );
   let child: ChildProcess | null = null;
   let exited: Promise<void> = Promise.resolve();
 
@@ -70,7 +73,10 @@ async function brokerOnFreePorts(extraConfig: BrokerConfig): Promise<Broker> {
       let output = "";
       exited = new Promise((resolve) => c.once("exit", () => resolve()));
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`mosquitto did not say it is running within ${START_TIMEOUT_MS} ms:\n${output}`)), START_TIMEOUT_MS);
+        const timer = setTimeout(
+          () => reject(new Error(`mosquitto did not say it is running within ${START_TIMEOUT_MS} ms:\n${output}`)),
+          START_TIMEOUT_MS,
+        );
         const seen = (d: Buffer) => {
           output += d.toString();
           // Mosquitto logs "... running" once every listener is bound.
@@ -84,7 +90,11 @@ async function brokerOnFreePorts(extraConfig: BrokerConfig): Promise<Broker> {
         void exited.then(() => {
           clearTimeout(timer);
           const taken = /Address already in use/.test(output);
-          reject(taken ? new PortTaken(`a port of mosquitto's was taken before it bound it:\n${output}`) : new Error(`mosquitto exited before it was running:\n${output}`));
+          reject(
+            taken
+              ? new PortTaken(`a port of mosquitto's was taken before it bound it:\n${output}`)
+              : new Error(`mosquitto exited before it was running:\n${output}`),
+          );
         });
       });
     },

@@ -58,10 +58,16 @@ export interface InstalledPackage {
  * as the package's README tells a user to on a Pi.
  */
 export async function installNodeRedPackage(dir: string): Promise<InstalledPackage> {
-  const tarballs = { client: await npmPack(clientSourceCopy(join(dir, "client-src")), dir), nodeRed: await npmPack(ROOT, dir, ["-w", "@fencegate/node-red"]) };
+  const tarballs = {
+    client: await npmPack(clientSourceCopy(join(dir, "client-src")), dir),
+    nodeRed: await npmPack(ROOT, dir, ["-w", "@fencegate/node-red"]),
+  };
   const userDir = join(dir, "node-red-user");
   mkdirSync(userDir);
-  writeFileSync(join(userDir, "package.json"), JSON.stringify({ name: "node-red-project", description: "A Node-RED user directory", version: "0.0.1", private: true }));
+  writeFileSync(
+    join(userDir, "package.json"),
+    JSON.stringify({ name: "node-red-project", description: "A Node-RED user directory", version: "0.0.1", private: true }),
+  );
   const installed = await run("npm", ["install", "--no-audit", "--no-fund", tarballs.client, tarballs.nodeRed], { cwd: userDir });
   if (installed.code !== 0) throw new Error(`npm install of the tarballs failed: ${installed.stderr}`);
   const packageDir = join(userDir, "node_modules/@fencegate/node-red");

@@ -16,7 +16,11 @@ export interface Run {
   readonly ms: number;
 }
 
-export async function run(command: string, args: readonly string[], options: { cwd?: string; env?: Record<string, string>; timeoutMs?: number } = {}): Promise<Run> {
+export async function run(
+  command: string,
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<Run> {
   const started = performance.now();
   try {
     const { stdout, stderr } = await promisify(execFile)(command, [...args], {
@@ -29,7 +33,12 @@ export async function run(command: string, args: readonly string[], options: { c
     return { code: 0, stdout, stderr, ms: performance.now() - started };
   } catch (err) {
     const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "", ms: performance.now() - started };
+    return {
+      code: typeof e.code === "number" ? e.code : -1,
+      stdout: e.stdout ?? "",
+      stderr: e.stderr ?? "",
+      ms: performance.now() - started,
+    };
   }
 }
 
@@ -55,7 +64,20 @@ function sourceCopy(dir: string, entries: readonly string[]): string {
  * meanwhile.
  */
 export function gatewaySourceCopy(dir: string): string {
-  return sourceCopy(dir, ["package.json", "tsconfig.json", "README.md", "LICENSE", "bin", "src", "config", "docs", "firmware-bridge/src", "packages/protocol/src", "packages/client/package.json", "packages/client/src"]);
+  return sourceCopy(dir, [
+    "package.json",
+    "tsconfig.json",
+    "README.md",
+    "LICENSE",
+    "bin",
+    "src",
+    "config",
+    "docs",
+    "firmware-bridge/src",
+    "packages/protocol/src",
+    "packages/client/package.json",
+    "packages/client/src",
+  ]);
 }
 
 /**
@@ -64,7 +86,15 @@ export function gatewaySourceCopy(dir: string): string {
  * under the checkout while another test packs it there.
  */
 export function clientSourceCopy(dir: string): string {
-  sourceCopy(dir, ["tsconfig.json", "packages/protocol/src", "packages/client/src", "packages/client/package.json", "packages/client/tsconfig.json", "packages/client/README.md", "packages/client/LICENSE"]);
+  sourceCopy(dir, [
+    "tsconfig.json",
+    "packages/protocol/src",
+    "packages/client/src",
+    "packages/client/package.json",
+    "packages/client/tsconfig.json",
+    "packages/client/README.md",
+    "packages/client/LICENSE",
+  ]);
   // The sources are ES modules by the checkout's package.json; not its workspaces.
   writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "fencegate-sources", private: true, type: "module" }));
   return join(dir, "packages/client");

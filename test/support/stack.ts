@@ -101,13 +101,25 @@ export interface ValveStack extends Stack {
  */
 export async function startValveStack(
   teardown: Teardown,
-  options: { readonly name: string; readonly id: string; readonly profile?: "fenced" | "plain"; readonly actuator?: Record<string, unknown>; readonly setup?: Partial<Omit<GatewaySetup, "brokerUrl" | "journalPath">>; readonly bus?: Record<string, unknown>; readonly nodeArgs?: readonly string[] },
+  options: {
+    readonly name: string;
+    readonly id: string;
+    readonly profile?: "fenced" | "plain";
+    readonly actuator?: Record<string, unknown>;
+    readonly setup?: Partial<Omit<GatewaySetup, "brokerUrl" | "journalPath">>;
+    readonly bus?: Record<string, unknown>;
+    readonly nodeArgs?: readonly string[];
+  },
 ): Promise<ValveStack> {
   const profile = options.profile ?? "fenced";
   const stack = await startStack(teardown, {
     name: options.name,
     sim: () => ({ units: [1], rate: 0, profile }),
-    gateway: (at) => ({ buses: { sim: { type: "tcp", ...at, ...options.bus } }, actuators: [valve(options.id, "sim", 1, profile, options.actuator)], ...options.setup }),
+    gateway: (at) => ({
+      buses: { sim: { type: "tcp", ...at, ...options.bus } },
+      actuators: [valve(options.id, "sim", 1, profile, options.actuator)],
+      ...options.setup,
+    }),
     fenced: profile === "fenced" ? [options.id] : [],
     ...(options.nodeArgs ? { nodeArgs: options.nodeArgs } : {}),
   });

@@ -40,7 +40,12 @@ export class TopicWatcher {
    */
   static async connect(url: string, topics: readonly string[], options: { v5?: boolean } = {}): Promise<TopicWatcher> {
     const protocolVersion = options.v5 === false ? 4 : 5;
-    const client = await mqtt.connectAsync({ ...brokerAddress(url), protocolVersion, clientId: `watch-${randomUUID().slice(0, 8)}`, reconnectPeriod: 100 });
+    const client = await mqtt.connectAsync({
+      ...brokerAddress(url),
+      protocolVersion,
+      clientId: `watch-${randomUUID().slice(0, 8)}`,
+      reconnectPeriod: 100,
+    });
     const w = new TopicWatcher(client);
     if (topics.length > 0) await client.subscribeAsync([...topics], { qos: 1 });
     return w;
@@ -89,10 +94,15 @@ export class TopicWatcher {
   }
 
   /** Like {@link waitFor} on one topic, parsing the payload as JSON for the predicate. */
-  waitForJson(topic: string, pred: (body: Record<string, any>) => boolean, options: { from?: number; timeoutMs?: number; what?: string } = {}): Promise<Record<string, any>> {
-    return this.waitFor((m) => m.topic === topic && safeJson(m.payload) !== undefined && pred(safeJson(m.payload)!), { what: `${topic} message`, ...options }).then(
-      (m) => safeJson(m.payload)!,
-    );
+  waitForJson(
+    topic: string,
+    pred: (body: Record<string, any>) => boolean,
+    options: { from?: number; timeoutMs?: number; what?: string } = {},
+  ): Promise<Record<string, any>> {
+    return this.waitFor((m) => m.topic === topic && safeJson(m.payload) !== undefined && pred(safeJson(m.payload)!), {
+      what: `${topic} message`,
+      ...options,
+    }).then((m) => safeJson(m.payload)!);
   }
 
   async close(): Promise<void> {
@@ -110,7 +120,10 @@ export function safeJson(s: string): Record<string, any> | undefined {
 }
 
 /** Polls `check` every `everyMs` until it returns a value other than undefined/false. */
-export async function until<T>(check: () => T | undefined | false, options: { timeoutMs?: number; everyMs?: number; what?: string } = {}): Promise<T> {
+export async function until<T>(
+  check: () => T | undefined | false,
+  options: { timeoutMs?: number; everyMs?: number; what?: string } = {},
+): Promise<T> {
   const deadline = Date.now() + (options.timeoutMs ?? 10_000);
   for (;;) {
     const v = check();

@@ -29,7 +29,13 @@ const KNOWN_VIOLATIONS: Record<string, string[]> = {
 function walk(dir: string): string[] {
   if (!existsSync(join(ROOT, dir))) return [];
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? (e.name === "node_modules" || e.name === "dist" ? [] : walk(join(dir, e.name))) : SOURCE.test(e.name) ? [join(dir, e.name)] : [],
+    e.isDirectory()
+      ? e.name === "node_modules" || e.name === "dist"
+        ? []
+        : walk(join(dir, e.name))
+      : SOURCE.test(e.name)
+        ? [join(dir, e.name)]
+        : [],
   );
 }
 
@@ -50,9 +56,15 @@ function importsOf(file: string): Import[] {
   const visit = (node: ts.Node): void => {
     if (ts.isImportDeclaration(node)) {
       const bindings = node.importClause?.namedBindings;
-      add(node.moduleSpecifier, bindings && ts.isNamedImports(bindings) ? bindings.elements.map((e) => (e.propertyName ?? e.name).text) : ["*"]);
+      add(
+        node.moduleSpecifier,
+        bindings && ts.isNamedImports(bindings) ? bindings.elements.map((e) => (e.propertyName ?? e.name).text) : ["*"],
+      );
     } else if (ts.isExportDeclaration(node) && node.moduleSpecifier) add(node.moduleSpecifier, ["*"]);
-    else if (ts.isCallExpression(node) && (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === "require")))
+    else if (
+      ts.isCallExpression(node) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === "require"))
+    )
       if (node.arguments[0]) add(node.arguments[0], ["*"]);
     ts.forEachChild(node, visit);
   };
@@ -70,11 +82,16 @@ function breaks({ file, target, names }: Import): string | undefined {
     return "the core imports only itself and the protocol package";
   }
   if (under(file, "packages/protocol")) {
-    if (under(target, "packages/protocol") || (target === "node:crypto" && names.every((n) => n === "createHmac" || n === "timingSafeEqual"))) return undefined;
+    if (
+      under(target, "packages/protocol") ||
+      (target === "node:crypto" && names.every((n) => n === "createHmac" || n === "timingSafeEqual"))
+    )
+      return undefined;
     return "the protocol package imports only itself and node:crypto's HMAC: no I/O, no runtime dependency";
   }
   if (under(target, "firmware-bridge") && under(file, "src")) return "src never imports the simulated device (firmware-bridge/)";
-  if (under(file, "src/adapters") && under(target, "src/shell") && target !== "src/shell/ports.ts") return "adapters import only the shell's ports";
+  if (under(file, "src/adapters") && under(target, "src/shell") && target !== "src/shell/ports.ts")
+    return "adapters import only the shell's ports";
   if (under(file, "src/adapters") && target === "src/config/schema.ts") return "adapters take options, not the config schema";
   if (under(file, "src/shell") && under(target, "src/adapters")) return "the shell is handed adapters, it never imports them";
   if (under(file, "packages") && under(target, "src")) return "packages never reach into src/";

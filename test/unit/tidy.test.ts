@@ -11,12 +11,17 @@ const MAX_FUNCTION_LINES = 80;
 
 /** Functions allowed past MAX_FUNCTION_LINES, each with the reason it reads better whole. */
 const LONG_FUNCTIONS: Record<string, string> = {
-  "src/daemon.ts:startDaemon": "the composition root still routes publishes, rules on health and activates the group; those move to modules of their own",
-  "src/sim/run.ts:runSeed": "one seed's world, actors and event loop; its closures share the run's state, to be split with the in-process harness",
+  "src/daemon.ts:startDaemon":
+    "the composition root still routes publishes, rules on health and activates the group; those move to modules of their own",
+  "src/sim/run.ts:runSeed":
+    "one seed's world, actors and event loop; its closures share the run's state, to be split with the in-process harness",
   "src/cli/controller.ts:runController": "one flat dispatch over the controller subcommands, each a few lines",
-  "firmware-bridge/src/simulator.ts:startSimulator": "opens each station's transport and tears all down on a failed start, one sequence read top to bottom",
-  "packages/node-red/nodes/lib/register.mjs:registerFencegateNodes": "Node-RED's node constructors must close over RED, so they are declared inside the registration",
-  "packages/node-red/nodes/lib/register.mjs:FencegateCommandNode": "one Node-RED node: its input handler and the lease it keeps share the node's closure",
+  "firmware-bridge/src/simulator.ts:startSimulator":
+    "opens each station's transport and tears all down on a failed start, one sequence read top to bottom",
+  "packages/node-red/nodes/lib/register.mjs:registerFencegateNodes":
+    "Node-RED's node constructors must close over RED, so they are declared inside the registration",
+  "packages/node-red/nodes/lib/register.mjs:FencegateCommandNode":
+    "one Node-RED node: its input handler and the lease it keeps share the node's closure",
 };
 
 /**
@@ -46,7 +51,13 @@ const PACKAGES: Record<string, string> = { "fencegate-client": "src/client/index
 function walk(dir: string): string[] {
   if (!existsSync(join(ROOT, dir))) return [];
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? (["node_modules", "dist"].includes(e.name) ? [] : walk(join(dir, e.name))) : SOURCE.test(e.name) ? [join(dir, e.name)] : [],
+    e.isDirectory()
+      ? ["node_modules", "dist"].includes(e.name)
+        ? []
+        : walk(join(dir, e.name))
+      : SOURCE.test(e.name)
+        ? [join(dir, e.name)]
+        : [],
   );
 }
 
@@ -71,9 +82,11 @@ function longFunctions(file: string): [string, number][] {
   const found: [string, number][] = [];
   const visit = (node: ts.Node, owner: string): void => {
     let name: string | undefined;
-    if ((ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isGetAccessor(node)) && node.name) name = node.name.getText(source);
+    if ((ts.isFunctionDeclaration(node) || ts.isMethodDeclaration(node) || ts.isGetAccessor(node)) && node.name)
+      name = node.name.getText(source);
     else if (ts.isConstructorDeclaration(node)) name = "constructor";
-    else if ((ts.isArrowFunction(node) || ts.isFunctionExpression(node)) && ts.isVariableDeclaration(node.parent)) name = node.parent.name.getText(source);
+    else if ((ts.isArrowFunction(node) || ts.isFunctionExpression(node)) && ts.isVariableDeclaration(node.parent))
+      name = node.parent.name.getText(source);
     if (name && lines(source, node) > MAX_FUNCTION_LINES) found.push([`${file}:${owner}${name}`, lines(source, node)]);
     const inner = ts.isClassLike(node) && node.name ? `${node.name.text}.` : owner;
     ts.forEachChild(node, (child) => visit(child, inner));
@@ -113,10 +126,16 @@ function imports(): Map<string, Set<string>> {
         use(node.moduleSpecifier, clause?.name ? [...names, "default"] : names);
       } else if (ts.isExportDeclaration(node)) {
         const clause = node.exportClause;
-        use(node.moduleSpecifier, clause && ts.isNamedExports(clause) ? clause.elements.map((e) => (e.propertyName ?? e.name).text) : ["*"]);
+        use(
+          node.moduleSpecifier,
+          clause && ts.isNamedExports(clause) ? clause.elements.map((e) => (e.propertyName ?? e.name).text) : ["*"],
+        );
       } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) {
         use(node.argument.literal, [node.qualifier ? node.qualifier.getText().split(".")[0]! : "*"]);
-      } else if (ts.isCallExpression(node) && (node.expression.kind === ts.SyntaxKind.ImportKeyword || node.expression.getText() === "require")) {
+      } else if (
+        ts.isCallExpression(node) &&
+        (node.expression.kind === ts.SyntaxKind.ImportKeyword || node.expression.getText() === "require")
+      ) {
         use(node.arguments[0], dynamicNames(node));
       }
       ts.forEachChild(node, visit);
@@ -134,13 +153,20 @@ function exportsOf(file: string): Export[] {
   const declared: { name: string; type: boolean; at?: ts.Node }[] = [];
   for (const statement of source.statements) {
     const isType = ts.isInterfaceDeclaration(statement) || ts.isTypeAliasDeclaration(statement);
-    if (ts.isExportDeclaration(statement) && !statement.moduleSpecifier && statement.exportClause && ts.isNamedExports(statement.exportClause)) {
+    if (
+      ts.isExportDeclaration(statement) &&
+      !statement.moduleSpecifier &&
+      statement.exportClause &&
+      ts.isNamedExports(statement.exportClause)
+    ) {
       declared.push(...statement.exportClause.elements.map((e) => ({ name: e.name.text, type: statement.isTypeOnly || e.isTypeOnly })));
     } else if (ts.isExportAssignment(statement)) declared.push({ name: "default", type: false });
     else if (ts.canHaveModifiers(statement) && ts.getModifiers(statement)?.some((m) => m.kind === ts.SyntaxKind.ExportKeyword)) {
       if (ts.getModifiers(statement)?.some((m) => m.kind === ts.SyntaxKind.DefaultKeyword)) declared.push({ name: "default", type: false });
-      else if (ts.isVariableStatement(statement)) declared.push(...statement.declarationList.declarations.map((d) => ({ name: d.name.getText(source), type: false, at: d.name })));
-      else if ("name" in statement && statement.name && ts.isIdentifier(statement.name as ts.Node)) declared.push({ name: (statement.name as ts.Identifier).text, type: isType, at: statement.name as ts.Node });
+      else if (ts.isVariableStatement(statement))
+        declared.push(...statement.declarationList.declarations.map((d) => ({ name: d.name.getText(source), type: false, at: d.name })));
+      else if ("name" in statement && statement.name && ts.isIdentifier(statement.name as ts.Node))
+        declared.push({ name: (statement.name as ts.Identifier).text, type: isType, at: statement.name as ts.Node });
     }
   }
   const mentions = new Map<string, number>();
@@ -164,7 +190,11 @@ describe("tidy", () => {
     const used = imports();
     const unimported = walk("src")
       .filter((file) => /\.m?ts$/.test(file) && !ENTRY_POINTS.has(file))
-      .flatMap((file) => exportsOf(file).filter((e) => !used.get(file)?.has(e.name) && !used.get(file)?.has("*")).map((e) => ({ key: `${file}: ${e.name}`, ...e })));
+      .flatMap((file) =>
+        exportsOf(file)
+          .filter((e) => !used.get(file)?.has(e.name) && !used.get(file)?.has("*"))
+          .map((e) => ({ key: `${file}: ${e.name}`, ...e })),
+      );
     // Used nowhere at all: delete it.
     expect(unimported.filter((e) => !e.local).map((e) => e.key)).toEqual([]);
     // Used only beside itself: drop the `export`.

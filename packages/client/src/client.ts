@@ -9,7 +9,23 @@ import mqtt, { type IClientOptions, type MqttClient } from "mqtt";
 import { FencegateError, FencegateTimeoutError } from "./errors.ts";
 import { DEFAULT_TTL_MS, Lease, type LeaseOptions } from "./lease.ts";
 import type { ActuatorState } from "./messages.ts";
-import { GATEWAY_STATUSES, HOLDER_PATTERN, clientReplyTopic, withGatewayStatus, type EventMessage, type Fence, type GatewayStatus, type RequestVerb, eventsTopic, gatewayActuatorsTopic, gatewayStatusTopic, replyTopic, requestTopic, stateTopic, topicMatches } from "../../protocol/src/index.ts";
+import {
+  GATEWAY_STATUSES,
+  HOLDER_PATTERN,
+  clientReplyTopic,
+  withGatewayStatus,
+  type EventMessage,
+  type Fence,
+  type GatewayStatus,
+  type RequestVerb,
+  eventsTopic,
+  gatewayActuatorsTopic,
+  gatewayStatusTopic,
+  replyTopic,
+  requestTopic,
+  stateTopic,
+  topicMatches,
+} from "../../protocol/src/index.ts";
 import type { LeaseTransport, Reply } from "./transport.ts";
 
 export interface ClientOptions {
@@ -40,7 +56,8 @@ export interface ClientOptions {
   readonly clientId?: string;
 }
 
-export type WatchItem = { readonly kind: "state"; readonly state: ActuatorState } | { readonly kind: "event"; readonly event: EventMessage };
+export type WatchItem =
+  { readonly kind: "state"; readonly state: ActuatorState } | { readonly kind: "event"; readonly event: EventMessage };
 
 /**
  * The broker URL as mqtt.js's connection options. Given the URL string, mqtt.js parses it
@@ -64,7 +81,9 @@ export function brokerAddress(url: string): IClientOptions {
  * The TLS options for mqtt.js: each of CA, certificate and key from its contents or its
  * file. mqtt.js hands its options to tls.connect, which takes the key's passphrase.
  */
-function tlsMaterial(t: ClientOptions["tls"]): Partial<Pick<IClientOptions, "ca" | "cert" | "key" | "servername" | "rejectUnauthorized">> & { passphrase?: string } {
+function tlsMaterial(
+  t: ClientOptions["tls"],
+): Partial<Pick<IClientOptions, "ca" | "cert" | "key" | "servername" | "rejectUnauthorized">> & { passphrase?: string } {
   if (t === undefined) return {};
   const material = (contents: string | Buffer | undefined, file: string | undefined) => contents ?? (file ? readFileSync(file) : undefined);
   const [ca, cert, key] = [material(t.ca, t.caFile), material(t.cert, t.certFile), material(t.key, t.keyFile)];
@@ -161,7 +180,10 @@ export class FencegateClient implements LeaseTransport {
       return;
     }
     if (!this.announced.has(gatewayId) && this.announced.size >= MAX_ANNOUNCING_GATEWAYS) return;
-    this.announced.set(gatewayId, actuators.filter((a): a is string => typeof a === "string"));
+    this.announced.set(
+      gatewayId,
+      actuators.filter((a): a is string => typeof a === "string"),
+    );
   }
 
   /**
@@ -202,7 +224,12 @@ export class FencegateClient implements LeaseTransport {
    * FencegateError (the gateway refused) or FencegateTimeoutError (no reply in time).
    * `id` lets a retry reuse the same request id.
    */
-  async request(actuator: string, verb: RequestVerb, body: Record<string, unknown>, options: { id?: string; timeoutMs?: number } = {}): Promise<Reply> {
+  async request(
+    actuator: string,
+    verb: RequestVerb,
+    body: Record<string, unknown>,
+    options: { id?: string; timeoutMs?: number } = {},
+  ): Promise<Reply> {
     const id = options.id ?? randomUUID();
     const timeoutMs = options.timeoutMs ?? this.requestTimeoutMs;
     const reply = await new Promise<Reply>((resolve, reject) => {
@@ -211,27 +238,35 @@ export class FencegateClient implements LeaseTransport {
         this.pending.delete(id);
         reject(new FencegateTimeoutError(`no reply to ${verb} on ${actuator} within ${timeoutMs} ms`));
       }, timeoutMs);
-      const unknownTimer = setTimeout(() => {
-        const unknown = this.unknownActuator(actuator);
-        if (unknown === null) return;
-        clearTimeout(timer);
-        this.pending.delete(id);
-        reject(unknown);
-      }, Math.min(UNKNOWN_ACTUATOR_AFTER_MS, timeoutMs));
+      const unknownTimer = setTimeout(
+        () => {
+          const unknown = this.unknownActuator(actuator);
+          if (unknown === null) return;
+          clearTimeout(timer);
+          this.pending.delete(id);
+          reject(unknown);
+        },
+        Math.min(UNKNOWN_ACTUATOR_AFTER_MS, timeoutMs),
+      );
       this.pending.set(id, (r) => {
         clearTimeout(timer);
         clearTimeout(unknownTimer);
         resolve(r);
       });
       const properties = this.v5 ? { responseTopic: this.replyTopic, correlationData: Buffer.from(id) } : undefined;
-      this.mqtt.publish(requestTopic(this.base, actuator, verb), JSON.stringify({ id, ...body }), { qos: 1, retain: false, ...(properties ? { properties } : {}) }, (err) => {
-        if (err) {
-          clearTimeout(timer);
-          clearTimeout(unknownTimer);
-          this.pending.delete(id);
-          reject(new FencegateTimeoutError(`could not publish ${verb}: ${err.message}`));
-        }
-      });
+      this.mqtt.publish(
+        requestTopic(this.base, actuator, verb),
+        JSON.stringify({ id, ...body }),
+        { qos: 1, retain: false, ...(properties ? { properties } : {}) },
+        (err) => {
+          if (err) {
+            clearTimeout(timer);
+            clearTimeout(unknownTimer);
+            this.pending.delete(id);
+            reject(new FencegateTimeoutError(`could not publish ${verb}: ${err.message}`));
+          }
+        },
+      );
     });
     if (!reply.ok) throw new FencegateError(reply.error ?? { code: "INTERNAL", message: "The reply carried no error." });
     return reply;
@@ -304,7 +339,9 @@ export class FencegateClient implements LeaseTransport {
    * Follows every gateway's retained `B/gateway/<id>/status`; `onChange` is called with each
    * gateway whose status arrives. Use with {@link withGatewayStatus}.
    */
-  async gatewayStatuses(onChange: (gatewayId: string) => void = () => {}): Promise<{ get(gatewayId: string | undefined): GatewayStatus | undefined; anyOnline(): boolean; stop(): Promise<void> }> {
+  async gatewayStatuses(
+    onChange: (gatewayId: string) => void = () => {},
+  ): Promise<{ get(gatewayId: string | undefined): GatewayStatus | undefined; anyOnline(): boolean; stop(): Promise<void> }> {
     const statuses = new Map<string, GatewayStatus>();
     const stop = await this.subscribeText(gatewayStatusTopic(this.base, "+"), (topic, text) => {
       if (!GATEWAY_STATUSES.has(text)) return;
@@ -312,7 +349,11 @@ export class FencegateClient implements LeaseTransport {
       statuses.set(gatewayId, text as GatewayStatus);
       onChange(gatewayId);
     });
-    return { get: (gatewayId) => (gatewayId === undefined ? undefined : statuses.get(gatewayId)), anyOnline: () => [...statuses.values()].includes("online"), stop };
+    return {
+      get: (gatewayId) => (gatewayId === undefined ? undefined : statuses.get(gatewayId)),
+      anyOnline: () => [...statuses.values()].includes("online"),
+      stop,
+    };
   }
 
   /**

@@ -116,7 +116,14 @@ export class Lease extends EventEmitter {
     // A newer token on the retained state means someone else holds the actuator now.
     this.unwatch = await this.client.subscribe(stateTopic(this.client.base, this.actuator), (_t, body) => {
       const state = body as ActuatorState;
-      if (state.fence && state.fence.token > this.token) this.markLost(new LeaseLostError(`A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`, undefined, "STALE_TOKEN"));
+      if (state.fence && state.fence.token > this.token)
+        this.markLost(
+          new LeaseLostError(
+            `A newer token (${state.fence.token}) took ${this.actuator}; lease ${this.token} is fenced.`,
+            undefined,
+            "STALE_TOKEN",
+          ),
+        );
     });
     this.scheduleRenew(this.options.renewEveryMs ?? Math.floor(this.ttlMs / 3));
     this.armExpiry();
@@ -184,11 +191,20 @@ export class Lease extends EventEmitter {
     for (let skips = 0; ; skips++) {
       const seq = this.nextSeq++;
       const id = randomUUID();
-      const body = this.signed("command", { holder: this.holder, token: this.token, seq, set, ...(deadlineMs !== undefined ? { deadlineMs } : {}) });
+      const body = this.signed("command", {
+        holder: this.holder,
+        token: this.token,
+        seq,
+        set,
+        ...(deadlineMs !== undefined ? { deadlineMs } : {}),
+      });
       const connectionsAtSend = this.client.connections;
       for (let attempt = 0; ; attempt++) {
         try {
-          const reply = await this.client.request(this.actuator, "command", body, { id, ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}) });
+          const reply = await this.client.request(this.actuator, "command", body, {
+            id,
+            ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+          });
           return { token: reply.token as number, seq: reply.seq as number, applied: reply.applied as Record<string, number> };
         } catch (err) {
           if (err instanceof FencegateTimeoutError && attempt < retries) continue; // same id, same (token, seq)
@@ -253,16 +269,23 @@ export class Lease extends EventEmitter {
   }
 
   /** Adds the mac on an authenticated lease; the body unchanged otherwise. */
-  private signed<T extends { holder: string; token: number; seq?: number; set?: Readonly<Record<string, number>>; deadlineMs?: number; counter?: number }>(
-    verb: "command" | "lease/renew" | "lease/release",
-    body: T,
-  ): T & { mac?: string } {
+  private signed<
+    T extends {
+      holder: string;
+      token: number;
+      seq?: number;
+      set?: Readonly<Record<string, number>>;
+      deadlineMs?: number;
+      counter?: number;
+    },
+  >(verb: "command" | "lease/renew" | "lease/release", body: T): T & { mac?: string } {
     if (this.secret === undefined) return body;
     return { ...body, mac: sign(this.secret, { verb, actuator: this.actuator, ...body }) };
   }
 
   private assertUsable(): void {
-    if (this.lostReason) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} is lost: ${this.lostReason.message}`, this.lostReason);
+    if (this.lostReason)
+      throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} is lost: ${this.lostReason.message}`, this.lostReason);
     if (this.released) throw new LeaseLostError(`Lease ${this.token} on ${this.actuator} was released or abandoned by this controller.`);
   }
 

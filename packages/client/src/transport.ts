@@ -21,7 +21,12 @@ export interface LeaseTransport {
    * (the gateway refused) or FencegateTimeoutError (no reply in time). `id` lets a retry
    * reuse the same request id.
    */
-  request(actuator: string, verb: RequestVerb, body: Record<string, unknown>, options?: { id?: string; timeoutMs?: number }): Promise<Reply>;
+  request(
+    actuator: string,
+    verb: RequestVerb,
+    body: Record<string, unknown>,
+    options?: { id?: string; timeoutMs?: number },
+  ): Promise<Reply>;
   /** Calls `listener` with every JSON message on `filter`; resolves with the unsubscribe. */
   subscribe(filter: string, listener: (topic: string, body: unknown) => void): Promise<() => Promise<void>>;
   /** A fresh read of the device, the lease and the fence. */

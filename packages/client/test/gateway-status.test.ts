@@ -20,6 +20,7 @@ describe("withGatewayStatus", () => {
   });
 
   it("reads the state of a gateway that is offline, or stands by in its group now, as offline with no lease", () => {
-    for (const status of ["offline", "standby"] as const) expect(withGatewayStatus(state, status)).toMatchObject({ online: false, lease: null });
+    for (const status of ["offline", "standby"] as const)
+      expect(withGatewayStatus(state, status)).toMatchObject({ online: false, lease: null });
   });
 });

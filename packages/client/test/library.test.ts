@@ -62,7 +62,15 @@ describe("client library", () => {
   });
 
   it("has the default TTL of the gateway's own leases.defaultTtlMs", () => {
-    expect(parseConfig({ gatewayId: "g", mqtt: { url: "mqtt://127.0.0.1" }, buses: { s: { type: "tcp", host: "127.0.0.1" } }, actuators: [valve("valve-1", "s", 1)], journal: { path: "j.db" } }).leases.defaultTtlMs).toBe(DEFAULT_TTL_MS);
+    expect(
+      parseConfig({
+        gatewayId: "g",
+        mqtt: { url: "mqtt://127.0.0.1" },
+        buses: { s: { type: "tcp", host: "127.0.0.1" } },
+        actuators: [valve("valve-1", "s", 1)],
+        journal: { path: "j.db" },
+      }).leases.defaultTtlMs,
+    ).toBe(DEFAULT_TTL_MS);
   });
 
   it("acquires, commands with increasing seq, and releases", async () => {
@@ -112,7 +120,9 @@ describe("client library", () => {
   it("with expireLocally, says the lease is lost the moment it expires unrenewed, not when a renewal times out", async () => {
     const client = await connect("lib-expire-locally", { requestTimeoutMs: 5000 });
     const lease = await client.acquire("valve-1", { ttlMs: 600, expireLocally: true });
-    const lost = new Promise<{ reason: Error; atMs: number }>((resolve) => lease.on("lost", (reason) => resolve({ reason, atMs: performance.now() })));
+    const lost = new Promise<{ reason: Error; atMs: number }>((resolve) =>
+      lease.on("lost", (reason) => resolve({ reason, atMs: performance.now() })),
+    );
     const frozenAtMs = performance.now();
     broker.signal("SIGSTOP"); // the broker answers nothing: the renewal sent next hangs for 5 s
     try {
@@ -136,7 +146,9 @@ describe("client library", () => {
       const before = performance.now();
       const acquiring = client.acquire("valve-3", { ttlMs: 1500, renewEveryMs: 60_000, expireLocally: true });
       const after = performance.now();
-      await events.waitForJson("fencegate/valve-3/events", (e) => e.type === "granted" && e.holder === "lib-slow-grant", { what: "the grant" });
+      await events.waitForJson("fencegate/valve-3/events", (e) => e.type === "granted" && e.holder === "lib-slow-grant", {
+        what: "the grant",
+      });
       await sleep(400); // the grant's reply waits in the proxy: a slow link back
       link.resume();
       const lease = await acquiring;
@@ -160,9 +172,15 @@ describe("client library", () => {
     await sleep(200);
     const leaseB = await b.acquire("valve-2", { ttlMs: 5000 });
     // Send A's command before its state watcher can notice: the gateway's refusal decides.
-    const error = await a.request("valve-2", "command", { holder: "lib-stale", token: leaseA.token, seq: 0, set: { position: 1 } }).catch((e: unknown) => e);
+    const error = await a
+      .request("valve-2", "command", { holder: "lib-stale", token: leaseA.token, seq: 0, set: { position: 1 } })
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(FencegateError);
-    expect(error).toMatchObject({ code: "STALE_TOKEN", fence: { token: leaseB.token }, lease: { holder: "lib-newer", token: leaseB.token } });
+    expect(error).toMatchObject({
+      code: "STALE_TOKEN",
+      fence: { token: leaseB.token },
+      lease: { holder: "lib-newer", token: leaseB.token },
+    });
     expect((error as FencegateError).endsLease).toBe(true);
     await leaseB.release();
   });
@@ -183,7 +201,10 @@ describe("client library", () => {
     const a = await connect("lib-holder");
     const b = await connect("lib-waiter");
     const lease = await a.acquire("valve-3", { ttlMs: 2000 });
-    await expect(b.acquire("valve-3", { ttlMs: 2000 })).rejects.toMatchObject({ code: "LEASE_HELD", lease: { holder: "lib-holder", token: lease.token } });
+    await expect(b.acquire("valve-3", { ttlMs: 2000 })).rejects.toMatchObject({
+      code: "LEASE_HELD",
+      lease: { holder: "lib-holder", token: lease.token },
+    });
     await lease.release();
   });
 
@@ -215,7 +236,12 @@ describe("client library", () => {
   });
 
   it("gives up with a typed timeout when nothing answers", async () => {
-    const client = await FencegateClient.connect({ url: broker.url, holder: "lib-timeout", baseTopic: "nobody-serves-this", requestTimeoutMs: 200 });
+    const client = await FencegateClient.connect({
+      url: broker.url,
+      holder: "lib-timeout",
+      baseTopic: "nobody-serves-this",
+      requestTimeoutMs: 200,
+    });
     clients.push(client);
     await expect(client.read("valve-1")).rejects.toBeInstanceOf(FencegateTimeoutError);
   });
@@ -279,9 +305,19 @@ describe("what gateways announce", () => {
     try {
       // The daemon's own announcement came on subscribing: 1023 more reach the limit.
       for (let i = 1; i <= 1023; i++) {
-        await publisher.publishAsync(`fencegate/gateway/gw-${i}/actuators`, JSON.stringify({ gateway: `gw-${i}`, actuators: i === 1023 ? ["valve-edge"] : [] }), { qos: 1 });
+        await publisher.publishAsync(
+          `fencegate/gateway/gw-${i}/actuators`,
+          JSON.stringify({ gateway: `gw-${i}`, actuators: i === 1023 ? ["valve-edge"] : [] }),
+          { qos: 1 },
+        );
       }
-      await publisher.publishAsync("fencegate/gateway/gw-late/actuators", JSON.stringify({ gateway: "gw-late", actuators: ["valve-late"] }), { qos: 1 });
+      await publisher.publishAsync(
+        "fencegate/gateway/gw-late/actuators",
+        JSON.stringify({ gateway: "gw-late", actuators: ["valve-late"] }),
+        {
+          qos: 1,
+        },
+      );
       await sleep(200);
       // Announced by the 1024th: no gateway answers, so only the timeout tells.
       await expect(client.read("valve-edge")).rejects.toBeInstanceOf(FencegateTimeoutError);

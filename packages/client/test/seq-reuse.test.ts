@@ -18,7 +18,10 @@ beforeAll(async () => {
   stack = await startStack(teardown, {
     name: "seq-reuse",
     sim: () => ({ units: [1], rate: 0 }),
-    gateway: (sim) => ({ buses: { sim: { type: "tcp", host: sim.host, port: sim.port, timeoutMs: 2000 } }, actuators: [valve("valve-1", "sim", 1)] }),
+    gateway: (sim) => ({
+      buses: { sim: { type: "tcp", host: sim.host, port: sim.port, timeoutMs: 2000 } },
+      actuators: [valve("valve-1", "sim", 1)],
+    }),
     fenced: ["valve-1"],
   });
 });

@@ -40,8 +40,20 @@ export interface ErrorBody {
  */
 export type GatewayRequest =
   | { readonly verb: "lease/acquire"; readonly holder: string; readonly ttlMs: number }
-  | { readonly verb: "lease/renew"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
-  | { readonly verb: "lease/release"; readonly holder: string; readonly token: number; readonly mac?: string | null; readonly counter?: number | null }
+  | {
+      readonly verb: "lease/renew";
+      readonly holder: string;
+      readonly token: number;
+      readonly mac?: string | null;
+      readonly counter?: number | null;
+    }
+  | {
+      readonly verb: "lease/release";
+      readonly holder: string;
+      readonly token: number;
+      readonly mac?: string | null;
+      readonly counter?: number | null;
+    }
   | {
       readonly verb: "command";
       readonly holder: string;

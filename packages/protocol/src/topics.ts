@@ -176,10 +176,12 @@ export function responseTopicProblem(base: string, topic: string): string | null
   const bytes = Buffer.byteLength(topic, "utf8");
   if (bytes > MAX_RESPONSE_TOPIC_BYTES) return `the response topic is ${bytes} bytes long; at most ${MAX_RESPONSE_TOPIC_BYTES} are allowed`;
   const levels = topic.split("/");
-  if (levels.length > MAX_RESPONSE_TOPIC_LEVELS) return `the response topic has ${levels.length} levels; at most ${MAX_RESPONSE_TOPIC_LEVELS} are allowed`;
+  if (levels.length > MAX_RESPONSE_TOPIC_LEVELS)
+    return `the response topic has ${levels.length} levels; at most ${MAX_RESPONSE_TOPIC_LEVELS} are allowed`;
   if (/[+#]/.test(topic)) return "the response topic contains a wildcard ('+' or '#'); a reply cannot be published to it";
   const refused = refusedCodePoint(topic);
-  if (refused !== null) return `the response topic contains U+${refused.toString(16).toUpperCase().padStart(4, "0")}, a character brokers refuse in a topic`;
+  if (refused !== null)
+    return `the response topic contains U+${refused.toString(16).toUpperCase().padStart(4, "0")}, a character brokers refuse in a topic`;
   // Mosquitto, for one, takes commands on $CONTROL/: never publish there with the gateway's rights.
   if (topic.startsWith("$")) return "the response topic starts with '$', which brokers reserve for their own topics";
   if (ownTopicFilterLevels(base).some((f) => levelsMatch(f, levels))) {

@@ -61,8 +61,10 @@ export function configDifferences(mine: PublishedConfig, other: PublishedConfig)
     else if (a === undefined) found.push(`${id}: configured ${there}, not here`);
     else for (const path of leafDifferences(a, b, "")) found.push(`${id}: ${path.name} ${show(path.a)} here, ${show(path.b)} ${there}`);
   }
-  for (const path of leafDifferences(mine.settings.limits, other.settings.limits, "")) found.push(`leases and commands: ${path.name} ${show(path.a)} here, ${show(path.b)} ${there}`);
-  if (found.length === 0) found.push(`the settings differ from ${other.gateway}'s in a way this version cannot name (another fencegate version?)`);
+  for (const path of leafDifferences(mine.settings.limits, other.settings.limits, ""))
+    found.push(`leases and commands: ${path.name} ${show(path.a)} here, ${show(path.b)} ${there}`);
+  if (found.length === 0)
+    found.push(`the settings differ from ${other.gateway}'s in a way this version cannot name (another fencegate version?)`);
   return found.length > MAX_NAMED ? [...found.slice(0, MAX_NAMED), `and ${found.length - MAX_NAMED} more`] : found;
 }
 

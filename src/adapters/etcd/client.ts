@@ -80,7 +80,13 @@ const int = (s: unknown) => (typeof s === "string" || typeof s === "number" ? Nu
 
 function keyValue(kv: Record<string, unknown> | undefined): KeyValue | null {
   if (kv === undefined) return null;
-  return { key: unb64(kv.key), value: unb64(kv.value), createRevision: int(kv.create_revision), modRevision: int(kv.mod_revision), lease: String(kv.lease ?? "0") };
+  return {
+    key: unb64(kv.key),
+    value: unb64(kv.value),
+    createRevision: int(kv.create_revision),
+    modRevision: int(kv.mod_revision),
+    lease: String(kv.lease ?? "0"),
+  };
 }
 
 function compareJson(c: Compare): Record<string, unknown> {
@@ -96,7 +102,8 @@ function compareJson(c: Compare): Record<string, unknown> {
 }
 
 function operationJson(op: Operation): Record<string, unknown> {
-  if ("put" in op) return { requestPut: { key: b64(op.put.key), value: b64(op.put.value), ...(op.put.lease ? { lease: op.put.lease } : {}) } };
+  if ("put" in op)
+    return { requestPut: { key: b64(op.put.key), value: b64(op.put.value), ...(op.put.lease ? { lease: op.put.lease } : {}) } };
   if ("range" in op) return { requestRange: { key: b64(op.range.key) } };
   return { requestDeleteRange: { key: b64(op.delete.key) } };
 }
@@ -117,7 +124,13 @@ export class EtcdClient {
     const secure = options.endpoints.some((e) => e.startsWith("https:"));
     // A few sockets, kept open: a renewal must not wait for a TCP (and TLS) handshake.
     this.agent = secure
-      ? new https.Agent({ keepAlive: true, maxSockets: 4, rejectUnauthorized: options.tls?.rejectUnauthorized ?? true, ...(options.tls?.ca ? { ca: options.tls.ca } : {}), ...(options.tls?.cert ? { cert: options.tls.cert, key: options.tls.key } : {}) })
+      ? new https.Agent({
+          keepAlive: true,
+          maxSockets: 4,
+          rejectUnauthorized: options.tls?.rejectUnauthorized ?? true,
+          ...(options.tls?.ca ? { ca: options.tls.ca } : {}),
+          ...(options.tls?.cert ? { cert: options.tls.cert, key: options.tls.key } : {}),
+        })
       : new http.Agent({ keepAlive: true, maxSockets: 4 });
   }
 
@@ -163,7 +176,11 @@ export class EtcdClient {
   }
 
   async txn(compare: readonly Compare[], success: readonly Operation[], failure: readonly Operation[]): Promise<TxnResult> {
-    const body = await this.call("/v3/kv/txn", { compare: compare.map(compareJson), success: success.map(operationJson), failure: failure.map(operationJson) });
+    const body = await this.call("/v3/kv/txn", {
+      compare: compare.map(compareJson),
+      success: success.map(operationJson),
+      failure: failure.map(operationJson),
+    });
     const responses = (body.responses as Record<string, unknown>[] | undefined) ?? [];
     const ranges = responses
       .filter((r) => r.response_range !== undefined)
@@ -209,15 +226,25 @@ export class EtcdClient {
       }
       this.current = (this.current + 1) % endpoints.length;
     }
-    throw new EtcdError("unavailable", `no etcd endpoint answered ${path} within ${requestTimeoutMs} ms (last: ${describe(lastError)})`, { cause: lastError });
+    throw new EtcdError("unavailable", `no etcd endpoint answered ${path} within ${requestTimeoutMs} ms (last: ${describe(lastError)})`, {
+      cause: lastError,
+    });
   }
 
   private async authenticate(endpoint: string, timeoutMs: number): Promise<void> {
-    const answer = await this.post(endpoint, "/v3/auth/authenticate", { name: this.options.username, password: this.options.password ?? "" }, timeoutMs, false);
+    const answer = await this.post(
+      endpoint,
+      "/v3/auth/authenticate",
+      { name: this.options.username, password: this.options.password ?? "" },
+      timeoutMs,
+      false,
+    );
     if (answer.status !== 200 || typeof answer.body.token !== "string") {
       const message = String(answer.body.message ?? answer.body.error ?? `HTTP ${answer.status}`);
       if (retryable(answer.status, message)) throw new Error(message);
-      const hint = /CommonName of client/.test(message) ? " (with etcd authentication on, give the gateway a client certificate without a Common Name: its identity is the etcd user)" : "";
+      const hint = /CommonName of client/.test(message)
+        ? " (with etcd authentication on, give the gateway a client certificate without a Common Name: its identity is the etcd user)"
+        : "";
       throw new EtcdError("refused", `etcd refused user ${this.options.username ?? ""}: ${message.trim()}${hint}`);
     }
     this.authToken = answer.body.token;
@@ -231,7 +258,11 @@ export class EtcdClient {
       const req = transport.request(url, {
         method: "POST",
         agent: this.agent,
-        headers: { "content-type": "application/json", "content-length": Buffer.byteLength(body), ...(withToken && this.authToken ? { authorization: this.authToken } : {}) },
+        headers: {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(body),
+          ...(withToken && this.authToken ? { authorization: this.authToken } : {}),
+        },
       });
       const timer = setTimeout(() => req.destroy(new Error("no answer in time")), Math.max(1, timeoutMs));
       req.on("response", (res) => {
@@ -247,7 +278,10 @@ export class EtcdClient {
           const text = Buffer.concat(chunks).toString("utf8");
           try {
             const parsed: unknown = text === "" ? {} : JSON.parse(text);
-            resolve({ status: res.statusCode ?? 0, body: typeof parsed === "object" && parsed !== null ? (parsed as Record<string, unknown>) : {} });
+            resolve({
+              status: res.statusCode ?? 0,
+              body: typeof parsed === "object" && parsed !== null ? (parsed as Record<string, unknown>) : {},
+            });
           } catch {
             resolve({ status: res.statusCode ?? 0, body: { message: text.slice(0, 200) } });
           }

@@ -30,7 +30,11 @@ export function isAuthorized(req: IncomingMessage, auth: HttpAuth | null): boole
 /** 401 with the challenge that makes a browser ask for credentials. */
 export function challenge(res: ServerResponse): void {
   res
-    .writeHead(401, { "www-authenticate": 'Basic realm="fencegate", charset="UTF-8"', "content-type": "text/plain; charset=utf-8", "cache-control": "no-store" })
+    .writeHead(401, {
+      "www-authenticate": 'Basic realm="fencegate", charset="UTF-8"',
+      "content-type": "text/plain; charset=utf-8",
+      "cache-control": "no-store",
+    })
     .end("This gateway's status page and metrics need credentials (metrics.auth in its configuration).\n");
 }
 

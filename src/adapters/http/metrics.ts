@@ -36,7 +36,12 @@ export class GatewayMetrics {
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
     registers: [this.registry],
   });
-  private readonly busUp = new Gauge({ name: "fencegate_bus_up", help: "1 while the bus (serial port or TCP link) is open.", labelNames: ["bus"] as const, registers: [this.registry] });
+  private readonly busUp = new Gauge({
+    name: "fencegate_bus_up",
+    help: "1 while the bus (serial port or TCP link) is open.",
+    labelNames: ["bus"] as const,
+    registers: [this.registry],
+  });
   private readonly refusedAtDoor = new Counter({
     name: "fencegate_requests_refused_at_door_total",
     help: "Requests the MQTT link refused (OVERLOADED over a requester's budget, INVALID_REQUEST, RETAINED_REQUEST) or dropped unanswerable (TOO_LARGE, NOT_JSON, NO_ID, ...) before the core, by code: the core's refusals are in fencegate_decisions_total.",
@@ -141,51 +146,68 @@ const MAX_URL_CHARS = 2048;
  * `close()` stops it. A port in use or an address that is not this machine's rejects with a
  * sentence saying what to change.
  */
-export async function serveHttp(host: string, port: number, metrics: GatewayMetrics, health: HealthSource, options: HttpOptions = {}): Promise<http.Server> {
+export async function serveHttp(
+  host: string,
+  port: number,
+  metrics: GatewayMetrics,
+  health: HealthSource,
+  options: HttpOptions = {},
+): Promise<http.Server> {
   const status = options.status ?? null;
   const hostNames = allowedHostNames(host, options.hostNames ?? []);
   // The headers timeout (from the connection to the end of the headers, a connection that
   // sends nothing included) is checked every second, not every 30 s (Node's default): an
   // idle connection held its place 30 to 40 s.
-  const server = http.createServer({ connectionsCheckingInterval: CONNECTIONS_CHECK_MS, headersTimeout: HEADERS_TIMEOUT_MS }, (req, res) => {
-    if (!hostAllowed(req.headers.host, hostNames)) {
+  const server = http.createServer(
+    { connectionsCheckingInterval: CONNECTIONS_CHECK_MS, headersTimeout: HEADERS_TIMEOUT_MS },
+    (req, res) => {
+      if (!hostAllowed(req.headers.host, hostNames)) {
+        res
+          .writeHead(421, { "content-type": "text/plain; charset=utf-8" })
+          .end(
+            "This gateway does not answer for that host name (DNS rebinding is refused): use its address, localhost, or a name listed in metrics.hostNames.\n",
+          );
+        return;
+      }
+      if (req.method !== "GET") {
+        res.writeHead(405, { allow: "GET" }).end();
+        return;
+      }
+      const target = req.url ?? "/";
+      if (target.length > MAX_URL_CHARS) {
+        res
+          .writeHead(414, { "content-type": "text/plain; charset=utf-8" })
+          .end(`The request target is longer than ${MAX_URL_CHARS} characters.\n`);
+        return;
+      }
+      if (!isAuthorized(req, options.auth ?? null)) return challenge(res);
+      let url: URL;
+      try {
+        url = new URL(target, "http://gateway");
+      } catch {
+        res.writeHead(400, { "content-type": "text/plain; charset=utf-8" }).end("The request target is not a valid path.\n");
+        return;
+      }
+      if (url.pathname === "/metrics") {
+        metrics.registry.metrics().then(
+          (text) => res.writeHead(200, { "content-type": metrics.registry.contentType }).end(text),
+          (err: unknown) => res.writeHead(500).end(String(err)),
+        );
+        return;
+      }
+      if (url.pathname === "/healthz") {
+        const problem = health.problem();
+        res
+          .writeHead(problem === null ? 200 : 503, { "content-type": "application/json" })
+          .end(JSON.stringify({ ok: problem === null, problem, ...health.details() }));
+        return;
+      }
+      if (status?.handle(req, res, url)) return;
       res
-        .writeHead(421, { "content-type": "text/plain; charset=utf-8" })
-        .end("This gateway does not answer for that host name (DNS rebinding is refused): use its address, localhost, or a name listed in metrics.hostNames.\n");
-      return;
-    }
-    if (req.method !== "GET") {
-      res.writeHead(405, { allow: "GET" }).end();
-      return;
-    }
-    const target = req.url ?? "/";
-    if (target.length > MAX_URL_CHARS) {
-      res.writeHead(414, { "content-type": "text/plain; charset=utf-8" }).end(`The request target is longer than ${MAX_URL_CHARS} characters.\n`);
-      return;
-    }
-    if (!isAuthorized(req, options.auth ?? null)) return challenge(res);
-    let url: URL;
-    try {
-      url = new URL(target, "http://gateway");
-    } catch {
-      res.writeHead(400, { "content-type": "text/plain; charset=utf-8" }).end("The request target is not a valid path.\n");
-      return;
-    }
-    if (url.pathname === "/metrics") {
-      metrics.registry.metrics().then(
-        (text) => res.writeHead(200, { "content-type": metrics.registry.contentType }).end(text),
-        (err: unknown) => res.writeHead(500).end(String(err)),
-      );
-      return;
-    }
-    if (url.pathname === "/healthz") {
-      const problem = health.problem();
-      res.writeHead(problem === null ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify({ ok: problem === null, problem, ...health.details() }));
-      return;
-    }
-    if (status?.handle(req, res, url)) return;
-    res.writeHead(404, { "content-type": "text/plain; charset=utf-8" }).end(status ? "Not found: the status page is at /.\n" : "Not found: this port serves /metrics and /healthz.\n");
-  });
+        .writeHead(404, { "content-type": "text/plain; charset=utf-8" })
+        .end(status ? "Not found: the status page is at /.\n" : "Not found: this port serves /metrics and /healthz.\n");
+    },
+  );
   // Slow or idle clients cannot hold sockets for long, nor keep others out (connections.ts);
   // event streams are long by design (they are bounded by count in status-routes.ts) and
   // the request timeout does not apply to them.
@@ -214,10 +236,16 @@ export class HttpListenError extends Error {
 function listenError(host: string, port: number, err: NodeJS.ErrnoException): Error {
   switch (err.code) {
     case "EADDRINUSE":
-      return new HttpListenError("metrics.port", `port ${port} on ${host} (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`);
+      return new HttpListenError(
+        "metrics.port",
+        `port ${port} on ${host} (metrics.port) is in use by another process: stop it, or choose another metrics.port (or metrics.enabled: false).`,
+      );
     case "EADDRNOTAVAIL":
     case "ENOTFOUND":
-      return new HttpListenError("metrics.host", `${host} is not an address of this machine (metrics.host): use 127.0.0.1, or one of this machine's addresses.`);
+      return new HttpListenError(
+        "metrics.host",
+        `${host} is not an address of this machine (metrics.host): use 127.0.0.1, or one of this machine's addresses.`,
+      );
     case "EACCES":
       return new HttpListenError("metrics.port", `port ${port} needs privileges this user lacks (metrics.port): use a port above 1023.`);
     default:

@@ -43,7 +43,8 @@ export interface GatewayFacts {
  */
 function groupNote(group: { readonly phase: string; readonly etcdProblem: string | null } | null): string | null {
   if (group === null || group.phase === "active") return null;
-  if (group.etcdProblem !== null) return "cannot reach etcd: this gateway neither serves nor can take over, and cannot tell whether another gateway serves (see /healthz)";
+  if (group.etcdProblem !== null)
+    return "cannot reach etcd: this gateway neither serves nor can take over, and cannot tell whether another gateway serves (see /healthz)";
   return "stands by: the group's active gateway serves this actuator";
 }
 
@@ -255,13 +256,12 @@ export class StatusBoard {
       a.fence.seq !== view.fence.seq ||
       !samePoints(a.points, view.points);
     const safe = view.safeWrite;
-    const safeChanged = safe === null ? a.safeWrite !== null : a.safeWrite === null || a.safeWrite.token !== safe.token || a.safeWrite.attempts !== safe.attempts;
+    const safeChanged =
+      safe === null
+        ? a.safeWrite !== null
+        : a.safeWrite === null || a.safeWrite.token !== safe.token || a.safeWrite.attempts !== safe.attempts;
     const substance =
-      changed ||
-      safeChanged ||
-      a.problem !== view.problem ||
-      a.gateway !== view.gateway ||
-      !sameStrings(a.pointFaults, view.pointFaults);
+      changed || safeChanged || a.problem !== view.problem || a.gateway !== view.gateway || !sameStrings(a.pointFaults, view.pointFaults);
     a.online = view.online;
     a.lease = lease;
     a.fence = view.fence;
@@ -271,7 +271,14 @@ export class StatusBoard {
     a.problem = view.problem;
     a.gateway = view.gateway;
     if (safe === null) a.safeWrite = null;
-    else if (safeChanged) a.safeWrite = { sinceMs: a.safeWrite?.sinceMs ?? nowMs, token: safe.token, attempts: safe.attempts, set: safe.set, lastCode: a.safeWrite?.lastCode ?? null };
+    else if (safeChanged)
+      a.safeWrite = {
+        sinceMs: a.safeWrite?.sinceMs ?? nowMs,
+        token: safe.token,
+        attempts: safe.attempts,
+        set: safe.set,
+        lastCode: a.safeWrite?.lastCode ?? null,
+      };
     if (substance) this.notify({ actuator: view.actuator });
   }
 
@@ -345,10 +352,35 @@ export class StatusBoard {
       lease: a.lease && { holder: a.lease.holder, token: a.lease.token, expiresInMs: Math.max(0, a.lease.expiresAtMs - nowMs) },
       fence: a.fence,
       pointsAgeMs: ageMs(nowMs, a.pointsAtMs),
-      points: info.points.map((p) => ({ name: p.name, unit: p.unit, writable: p.writable, value: a.points[p.name] ?? null, fault: a.pointFaults[p.name] ?? null })),
-      lastAccepted: a.lastAccepted && { holder: a.lastAccepted.holder, token: a.lastAccepted.token, seq: a.lastAccepted.seq, set: a.lastAccepted.set, outcome: a.lastAccepted.outcome, ageMs: nowMs - a.lastAccepted.atMs },
-      lastRefusal: a.lastRefusal && { holder: a.lastRefusal.holder, token: a.lastRefusal.token, seq: a.lastRefusal.seq, code: a.lastRefusal.code, ageMs: nowMs - a.lastRefusal.atMs },
-      safeWrite: a.safeWrite && { token: a.safeWrite.token, attempts: a.safeWrite.attempts, set: a.safeWrite.set, lastCode: a.safeWrite.lastCode, ageMs: nowMs - a.safeWrite.sinceMs },
+      points: info.points.map((p) => ({
+        name: p.name,
+        unit: p.unit,
+        writable: p.writable,
+        value: a.points[p.name] ?? null,
+        fault: a.pointFaults[p.name] ?? null,
+      })),
+      lastAccepted: a.lastAccepted && {
+        holder: a.lastAccepted.holder,
+        token: a.lastAccepted.token,
+        seq: a.lastAccepted.seq,
+        set: a.lastAccepted.set,
+        outcome: a.lastAccepted.outcome,
+        ageMs: nowMs - a.lastAccepted.atMs,
+      },
+      lastRefusal: a.lastRefusal && {
+        holder: a.lastRefusal.holder,
+        token: a.lastRefusal.token,
+        seq: a.lastRefusal.seq,
+        code: a.lastRefusal.code,
+        ageMs: nowMs - a.lastRefusal.atMs,
+      },
+      safeWrite: a.safeWrite && {
+        token: a.safeWrite.token,
+        attempts: a.safeWrite.attempts,
+        set: a.safeWrite.set,
+        lastCode: a.safeWrite.lastCode,
+        ageMs: nowMs - a.safeWrite.sinceMs,
+      },
       refusalsLastMinute: a.refusals.totals(nowMs),
       outcomeUnknownLastMinute: a.outcomeUnknown.totals(nowMs)["OUTCOME_UNKNOWN"] ?? 0,
       outcomeUnknownTotal: a.outcomeUnknownTotal,
@@ -381,13 +413,21 @@ export class StatusBoard {
       outcomeUnknown += a.outcomeUnknown.totals(nowMs)["OUTCOME_UNKNOWN"] ?? 0;
       for (const [code, n] of Object.entries(a.refusals.totals(nowMs))) refusals[code] = (refusals[code] ?? 0) + n;
     }
-    return { actuators: this.actuators.size, online, offline: this.actuators.size - online, leases, refusalsLastMinute: refusals, outcomeUnknownLastMinute: outcomeUnknown };
+    return {
+      actuators: this.actuators.size,
+      online,
+      offline: this.actuators.size - online,
+      leases,
+      refusalsLastMinute: refusals,
+      outcomeUnknownLastMinute: outcomeUnknown,
+    };
   }
 
   /** The first outcome of the last accepted command wins, as in the journal (a later DUPLICATE is not one). */
   private settle(a: ActuatorBoard, event: CoreEvent, outcome: string): void {
     const seen = a.lastAccepted;
-    if (seen && seen.outcome === null && seen.token === event.token && seen.seq === event.seq && seen.holder === event.holder) seen.outcome = outcome;
+    if (seen && seen.outcome === null && seen.token === event.token && seen.seq === event.seq && seen.holder === event.holder)
+      seen.outcome = outcome;
   }
 
   private notify(change: Parameters<BoardListener>[0]): void {
@@ -403,7 +443,10 @@ function round1(x: number): number {
   return Math.round(x * 10) / 10;
 }
 
-function sameLease(a: { holder: string; token: number; expiresAtMs: number } | null, b: { holder: string; token: number; expiresAtMs: number } | null): boolean {
+function sameLease(
+  a: { holder: string; token: number; expiresAtMs: number } | null,
+  b: { holder: string; token: number; expiresAtMs: number } | null,
+): boolean {
   if (a === null || b === null) return a === b;
   return a.holder === b.holder && a.token === b.token && Math.abs(a.expiresAtMs - b.expiresAtMs) < EXPIRY_JITTER_MS;
 }

@@ -58,7 +58,8 @@ const SECURITY_HEADERS = {
   "x-frame-options": "DENY",
 };
 /** The page may talk to the gateway it came from, and to nothing else. */
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /** Reads the page's files once; throws with a sentence if the installation lacks them. */
 function loadPageAssets(dir = PAGE_DIR): ReadonlyMap<string, Asset> {
@@ -73,7 +74,9 @@ function loadPageAssets(dir = PAGE_DIR): ReadonlyMap<string, Asset> {
     try {
       body = readFileSync(join(dir, file));
     } catch (err) {
-      throw new Error(`The status page's file ${join(dir, file)} cannot be read (${(err as Error).message}); reinstall fencegate, or set metrics.statusPage.enabled: false.`);
+      throw new Error(
+        `The status page's file ${join(dir, file)} cannot be read (${(err as Error).message}); reinstall fencegate, or set metrics.statusPage.enabled: false.`,
+      );
     }
     assets.set(path, { type, body, gzip: gzipSync(body, { level: 9 }), etag: `"${body.length.toString(16)}-${hash(body)}"` });
   }
@@ -127,7 +130,14 @@ export class StatusRoutes {
   }
 
   private serveAsset(req: IncomingMessage, res: ServerResponse, asset: Asset): void {
-    const headers: Record<string, string> = { ...SECURITY_HEADERS, "content-type": asset.type, "cache-control": "no-cache", etag: asset.etag, "content-security-policy": CSP, vary: "accept-encoding" };
+    const headers: Record<string, string> = {
+      ...SECURITY_HEADERS,
+      "content-type": asset.type,
+      "cache-control": "no-cache",
+      etag: asset.etag,
+      "content-security-policy": CSP,
+      vary: "accept-encoding",
+    };
     if (req.headers["if-none-match"] === asset.etag) {
       res.writeHead(304, headers).end();
       return;
@@ -139,7 +149,7 @@ export class StatusRoutes {
 
   private async serveAudit(res: ServerResponse, actuator: string | null, params: URLSearchParams): Promise<void> {
     if (actuator === null || !ACTUATOR_PATTERN.test(actuator)) {
-      return fail(res, 400, "INVALID_REQUEST", "The actuator id in the path must be 1 to 64 lower-case letters, digits, \"-\" or \"_\".");
+      return fail(res, 400, "INVALID_REQUEST", 'The actuator id in the path must be 1 to 64 lower-case letters, digits, "-" or "_".');
     }
     if (!this.options.board.has(actuator)) return fail(res, 404, "UNKNOWN_ACTUATOR", `No actuator "${actuator}" on this gateway.`);
     const query = parseAuditQuery(params);
@@ -172,7 +182,7 @@ const decimal = (what: string, min: number, max: number) =>
     .refine((n) => n >= min && n <= max, { error: `${what} must be a whole number from ${min} to ${max}.` });
 
 const AUDIT_PARAMS = z.strictObject({
-  holder: z.string().regex(HOLDER_PATTERN, { error: "holder must be 1 to 128 letters, digits, \".\", \"_\", \":\" or \"-\"." }).optional(),
+  holder: z.string().regex(HOLDER_PATTERN, { error: 'holder must be 1 to 128 letters, digits, ".", "_", ":" or "-".' }).optional(),
   outcome: z.enum(OUTCOME_FILTERS, { error: `outcome must be one of ${OUTCOME_FILTERS.join(", ")}.` }).optional(),
   before: decimal("before", 1, Number.MAX_SAFE_INTEGER).optional(),
   limit: decimal("limit", 1, MAX_PAGE).optional(),
@@ -184,7 +194,13 @@ const AUDIT_PARAMS = z.strictObject({
     .optional(),
 });
 
-type AuditParams = { holder?: string | undefined; outcome?: (typeof OUTCOME_FILTERS)[number] | undefined; before?: number | undefined; sinceMs?: number | undefined; limit: number };
+type AuditParams = {
+  holder?: string | undefined;
+  outcome?: (typeof OUTCOME_FILTERS)[number] | undefined;
+  before?: number | undefined;
+  sinceMs?: number | undefined;
+  limit: number;
+};
 
 function parseAuditQuery(params: URLSearchParams): AuditParams | { problem: string } {
   const raw: Record<string, string> = {};
@@ -195,7 +211,10 @@ function parseAuditQuery(params: URLSearchParams): AuditParams | { problem: stri
   const parsed = AUDIT_PARAMS.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;
-    if (issue.code === "unrecognized_keys") return { problem: `Unknown parameter ${truncate(issue.keys[0] ?? "")}; the audit trail takes holder, outcome, since, before and limit.` };
+    if (issue.code === "unrecognized_keys")
+      return {
+        problem: `Unknown parameter ${truncate(issue.keys[0] ?? "")}; the audit trail takes holder, outcome, since, before and limit.`,
+      };
     return { problem: issue.message };
   }
   const { holder, outcome, before, limit, since } = parsed.data;
@@ -215,7 +234,9 @@ function truncate(s: string): string {
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {
-  res.writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store" }).end(JSON.stringify(body));
+  res
+    .writeHead(status, { ...SECURITY_HEADERS, "content-type": "application/json; charset=utf-8", "cache-control": "no-store" })
+    .end(JSON.stringify(body));
 }
 
 function fail(res: ServerResponse, status: number, code: string, message: string): void {
@@ -254,9 +275,19 @@ class EventStreams {
   open(req: IncomingMessage, res: ServerResponse): void {
     if (this.streams.size >= this.options.maxEventStreams) {
       const max = this.options.maxEventStreams;
-      return fail(res, 503, "TOO_MANY_STREAMS", `${max} live feeds are open, the most this gateway serves (metrics.statusPage.maxEventStreams); close a page elsewhere, or raise the limit.`);
+      return fail(
+        res,
+        503,
+        "TOO_MANY_STREAMS",
+        `${max} live feeds are open, the most this gateway serves (metrics.statusPage.maxEventStreams); close a page elsewhere, or raise the limit.`,
+      );
     }
-    res.writeHead(200, { ...SECURITY_HEADERS, "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-store", "x-accel-buffering": "no" });
+    res.writeHead(200, {
+      ...SECURITY_HEADERS,
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-store",
+      "x-accel-buffering": "no",
+    });
     req.socket.setNoDelay(true);
     const stream: Stream = { res };
     this.streams.add(stream);
@@ -283,7 +314,10 @@ class EventStreams {
       } else this.dirty.add(change.actuator);
       this.flushTimer ??= setTimeout(() => this.flush(), this.flushMs);
     });
-    this.gatewayTimer = setInterval(() => this.send(`event: gateway\ndata: ${JSON.stringify(this.options.board.gateway())}\n\n`), this.options.gatewayEveryMs ?? 2000);
+    this.gatewayTimer = setInterval(
+      () => this.send(`event: gateway\ndata: ${JSON.stringify(this.options.board.gateway())}\n\n`),
+      this.options.gatewayEveryMs ?? 2000,
+    );
   }
 
   private stop(): void {
@@ -305,7 +339,8 @@ class EventStreams {
   private flush(): void {
     this.flushTimer = null;
     let text = "";
-    if (this.decisions.length > 0) text += `event: decisions\ndata: ${JSON.stringify({ decisions: this.decisions, skipped: this.skipped })}\n\n`;
+    if (this.decisions.length > 0)
+      text += `event: decisions\ndata: ${JSON.stringify({ decisions: this.decisions, skipped: this.skipped })}\n\n`;
     for (const id of this.dirty) text += `event: actuator\ndata: ${JSON.stringify(this.options.board.actuator(id))}\n\n`;
     this.decisions = [];
     this.skipped = 0;

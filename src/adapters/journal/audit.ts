@@ -112,10 +112,16 @@ export class AuditReader {
       const appId = Number(db.pragma("application_id", { simple: true }));
       const version = Number(db.pragma("user_version", { simple: true }));
       if (appId !== APPLICATION_ID || version < 1) {
-        throw new AuditError("JOURNAL_UNREADABLE", `${path} is not a fencegate journal (application_id ${appId}, user_version ${version}); give the daemon's journal.path.`);
+        throw new AuditError(
+          "JOURNAL_UNREADABLE",
+          `${path} is not a fencegate journal (application_id ${appId}, user_version ${version}); give the daemon's journal.path.`,
+        );
       }
       if (version > SCHEMA_VERSION) {
-        throw new AuditError("JOURNAL_NEWER_VERSION", `${path} has schema version ${version}; this fencegate reads up to ${SCHEMA_VERSION}. Use the fencegate that wrote it.`);
+        throw new AuditError(
+          "JOURNAL_NEWER_VERSION",
+          `${path} has schema version ${version}; this fencegate reads up to ${SCHEMA_VERSION}. Use the fencegate that wrote it.`,
+        );
       }
       db.pragma("query_only = ON");
       // at_ms came with schema 3: older journals (not yet opened by this daemon) have no time.
@@ -129,7 +135,11 @@ export class AuditReader {
 
   /** The actuators with a record in this journal, sorted. */
   actuators(): string[] {
-    return this.#guard(() => (this.#db.prepare("SELECT id FROM actuators ORDER BY id").pluck().all() as unknown[]).filter((x): x is string => typeof x === "string"));
+    return this.#guard(() =>
+      (this.#db.prepare("SELECT id FROM actuators ORDER BY id").pluck().all() as unknown[]).filter(
+        (x): x is string => typeof x === "string",
+      ),
+    );
   }
 
   /** One page of `query.actuator`'s trail, newest first, read in one consistent snapshot. */
@@ -138,7 +148,11 @@ export class AuditReader {
       throw new RangeError(`limit must be an integer from 1 to ${MAX_AUDIT_PAGE}, got ${query.limit}`);
     }
     const where = ["actuator = @actuator", "id < @before"];
-    const params: Record<string, unknown> = { actuator: query.actuator, before: query.before ?? Number.MAX_SAFE_INTEGER, limit: query.limit + 1 };
+    const params: Record<string, unknown> = {
+      actuator: query.actuator,
+      before: query.before ?? Number.MAX_SAFE_INTEGER,
+      limit: query.limit + 1,
+    };
     if (query.holder !== undefined) {
       where.push("holder = @holder");
       params["holder"] = query.holder;
@@ -171,7 +185,10 @@ export class AuditReader {
 
   #entry(row: Row): AuditEntry {
     const bad = (what: string): never => {
-      throw new AuditError("JOURNAL_UNREADABLE", `${this.path}: command ${String(row.id)} has ${what}; the journal is damaged (fencegate doctor says more).`);
+      throw new AuditError(
+        "JOURNAL_UNREADABLE",
+        `${this.path}: command ${String(row.id)} has ${what}; the journal is damaged (fencegate doctor says more).`,
+      );
     };
     const id = isCount(row.id) ? row.id : bad("a bad id");
     const token = isCount(row.token) ? row.token : bad("a bad token");
@@ -179,7 +196,8 @@ export class AuditReader {
     const holder = typeof row.holder === "string" ? row.holder : bad("a bad holder");
     const atMs = row.at_ms === null ? null : Number.isSafeInteger(row.at_ms) ? (row.at_ms as number) : bad("a bad time");
     const set = parseJson(row.set_json, isPointValues) ?? bad("an unreadable set");
-    const outcome: AuditOutcome = row.outcome_json === null ? { kind: "pending" } : (parseJson(row.outcome_json, isOutcome) ?? bad("an unreadable outcome"));
+    const outcome: AuditOutcome =
+      row.outcome_json === null ? { kind: "pending" } : (parseJson(row.outcome_json, isOutcome) ?? bad("an unreadable outcome"));
     return { id, atMs, holder, token, seq, set, outcome };
   }
 
@@ -213,13 +231,22 @@ function explain(path: string, error: unknown): AuditError {
   const code = (error as { code?: unknown }).code;
   const message = error instanceof Error ? error.message : String(error);
   if (/does not exist/.test(message) || (code === "SQLITE_CANTOPEN" && !existsSync(path))) {
-    return new AuditError("JOURNAL_MISSING", `${path} cannot be opened (${message}): check journal.path (--config or --journal) and that this user may read it and its directory.`);
+    return new AuditError(
+      "JOURNAL_MISSING",
+      `${path} cannot be opened (${message}): check journal.path (--config or --journal) and that this user may read it and its directory.`,
+    );
   }
   if (typeof code === "string" && /^SQLITE_(CANTOPEN|READONLY|PERM|AUTH)/.test(code) && process.getuid?.() === 0) {
-    return new AuditError("JOURNAL_UNREADABLE", `${path} cannot be opened, even by root (${message}): check that it, its -wal and -shm files and its directory are intact (fencegate doctor says more).`);
+    return new AuditError(
+      "JOURNAL_UNREADABLE",
+      `${path} cannot be opened, even by root (${message}): check that it, its -wal and -shm files and its directory are intact (fencegate doctor says more).`,
+    );
   }
   if (typeof code === "string" && /^SQLITE_(CANTOPEN|READONLY|PERM|AUTH)/.test(code)) {
-    return new AuditError("JOURNAL_UNREADABLE", `${path} cannot be read by this user (${message}): run as the daemon's user (sudo -u fencegate fencegate log ...), which may read the journal, its -wal and -shm files.`);
+    return new AuditError(
+      "JOURNAL_UNREADABLE",
+      `${path} cannot be read by this user (${message}): run as the daemon's user (sudo -u fencegate fencegate log ...), which may read the journal, its -wal and -shm files.`,
+    );
   }
   if (code === "SQLITE_BUSY") {
     return new AuditError("JOURNAL_UNREADABLE", `${path} stayed busy (${message}); try again in a moment.`);

@@ -35,10 +35,18 @@ export function readMark(journal: string): JournalMark | null {
     text = fs.readFileSync(file, "utf8");
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw new JournalError("JOURNAL_UNREADABLE", `${file} cannot be read (${(error as Error).message}): check that the daemon's user may read and write it.`, { cause: error });
+    throw new JournalError(
+      "JOURNAL_UNREADABLE",
+      `${file} cannot be read (${(error as Error).message}): check that the daemon's user may read and write it.`,
+      { cause: error },
+    );
   }
   const mark = parse(text);
-  if (mark === null) throw new JournalError("JOURNAL_UNREADABLE", `${file} is damaged (${text.length > 60 ? `${text.slice(0, 60)}…` : JSON.stringify(text)}). ${damagedMarkAdvice(journal)}`);
+  if (mark === null)
+    throw new JournalError(
+      "JOURNAL_UNREADABLE",
+      `${file} is damaged (${text.length > 60 ? `${text.slice(0, 60)}…` : JSON.stringify(text)}). ${damagedMarkAdvice(journal)}`,
+    );
   return mark;
 }
 

@@ -32,11 +32,17 @@ export function nativeModuleError(error: unknown): NativeModuleError | null {
   const abi = /using\s+NODE_MODULE_VERSION (\d+)/.exec(message)?.[1];
   const rebuild = `run \`npm rebuild\` in ${dir} (as the user who installed it), then start again. The journal was not opened and is not at fault.`;
   if (abi === undefined) {
-    return new NativeModuleError(`better-sqlite3's native module cannot be loaded (${message.replace(/\s+/g, " ")}): ${rebuild}`, dir, { cause: error });
+    return new NativeModuleError(`better-sqlite3's native module cannot be loaded (${message.replace(/\s+/g, " ")}): ${rebuild}`, dir, {
+      cause: error,
+    });
   }
   const node = NODE_OF_ABI[Number(abi)];
   const built = node === undefined ? `a Node with NODE_MODULE_VERSION ${abi}` : `Node ${node} (NODE_MODULE_VERSION ${abi})`;
-  return new NativeModuleError(`better-sqlite3 was built for ${built}, and this is Node ${process.versions.node} (${process.versions.modules}): ${rebuild}`, dir, { cause: error });
+  return new NativeModuleError(
+    `better-sqlite3 was built for ${built}, and this is Node ${process.versions.node} (${process.versions.modules}): ${rebuild}`,
+    dir,
+    { cause: error },
+  );
 }
 
 /** From the module's path in Node's message ("The module '/opt/fencegate/node_modules/…'"), else where this code resolves it. */

@@ -63,7 +63,8 @@ function entryProblem(entry: JournalEntry): string | null {
 export function assertStorable(entries: readonly JournalEntry[]): void {
   entries.forEach((entry, i) => {
     const problem = entryProblem(entry);
-    if (problem !== null) throw new RangeError(`journal entry ${i} (${entry.record?.type} for ${JSON.stringify(entry.actuator)}) cannot be stored: ${problem}`);
+    if (problem !== null)
+      throw new RangeError(`journal entry ${i} (${entry.record?.type} for ${JSON.stringify(entry.actuator)}) cannot be stored: ${problem}`);
   });
 }
 

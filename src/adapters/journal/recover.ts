@@ -58,7 +58,10 @@ export interface RecoverResult {
 export function initJournal(path: string): boolean {
   if (fs.existsSync(path)) return false;
   if (!fs.existsSync(dirname(path))) {
-    throw new JournalError("JOURNAL_MISSING", `${path} cannot be created: its directory ${dirname(path)} does not exist. Mount the disk that holds it, or create the directory for the daemon's user (install -d -o fencegate -g fencegate -m 0750 ${dirname(path)}), then run this again.`);
+    throw new JournalError(
+      "JOURNAL_MISSING",
+      `${path} cannot be created: its directory ${dirname(path)} does not exist. Mount the disk that holds it, or create the directory for the daemon's user (install -d -o fencegate -g fencegate -m 0750 ${dirname(path)}), then run this again.`,
+    );
   }
   const journal = openSqliteJournal({ path, recentLimit: 1 });
   try {

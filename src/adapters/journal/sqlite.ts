@@ -243,7 +243,13 @@ export class SqliteJournal implements Journal, JournalWriter {
   /** What committed history is missing, found by load() (with acceptLostHistory), or null. */
   lostHistory: string | null = null;
 
-  constructor(db: Database.Database, options: SqliteJournalOptions, found: Found, lock: WriterLock | null = null, keeper: Database.Database | null = null) {
+  constructor(
+    db: Database.Database,
+    options: SqliteJournalOptions,
+    found: Found,
+    lock: WriterLock | null = null,
+    keeper: Database.Database | null = null,
+  ) {
     this.#db = db;
     this.#lock = lock;
     this.#keeper = keeper;
@@ -290,10 +296,12 @@ export class SqliteJournal implements Journal, JournalWriter {
 
   /** Records (durably, before anything is served) the group this journal serves in, or that it left (null). */
   setGroup(name: string | null): void {
-    this.#db.transaction(() => {
-      this.#db.prepare("DELETE FROM meta WHERE key LIKE 'group:%'").run();
-      if (name !== null) this.#db.prepare("INSERT INTO meta (key, value) VALUES (?, 1)").run(`group:${name}`);
-    }).immediate();
+    this.#db
+      .transaction(() => {
+        this.#db.prepare("DELETE FROM meta WHERE key LIKE 'group:%'").run();
+        if (name !== null) this.#db.prepare("INSERT INTO meta (key, value) VALUES (?, 1)").run(`group:${name}`);
+      })
+      .immediate();
     this.#written++;
     this.#syncNow();
   }
@@ -359,7 +367,8 @@ export class SqliteJournal implements Journal, JournalWriter {
    * write leaves the commits written before it to their sync.
    */
   commitAsync(entries: readonly JournalEntry[]): Promise<void> {
-    if (this.#checkpoint !== 0 && this.#failure === null) return new Promise((resolve, reject) => this.#held.push({ entries, resolve, reject }));
+    if (this.#checkpoint !== 0 && this.#failure === null)
+      return new Promise((resolve, reject) => this.#held.push({ entries, resolve, reject }));
     return this.#writeAsync(entries);
   }
 
@@ -484,7 +493,12 @@ export class SqliteJournal implements Journal, JournalWriter {
       this.#poolSyncs--;
       this.#syncing = false;
       if (!this.#db.open) return this.#closeFilesWhenIdle(); // close() synced and settled everything
-      if (err) return this.#fail(new Error(`${this.path}-wal could not be synced to disk (${err.message}); nothing after the last durable commit can be trusted. Check the disk, then restart.`));
+      if (err)
+        return this.#fail(
+          new Error(
+            `${this.path}-wal could not be synced to disk (${err.message}); nothing after the last durable commit can be trusted. Check the disk, then restart.`,
+          ),
+        );
       this.#synced(upTo);
       this.#maybeCheckpoint();
       this.#startSync();
@@ -522,7 +536,11 @@ export class SqliteJournal implements Journal, JournalWriter {
       if (this.#checkpoint !== checkpoint) return; // finished already, synchronously
       if (err) {
         this.#checkpoint = 0;
-        return this.#fail(new Error(`${this.path} could not be synced to disk after a checkpoint (${err.message}); the journal cannot go on safely. Check the disk, then restart.`));
+        return this.#fail(
+          new Error(
+            `${this.path} could not be synced to disk after a checkpoint (${err.message}); the journal cannot go on safely. Check the disk, then restart.`,
+          ),
+        );
       }
       this.#checkpointDone();
     });
@@ -648,7 +666,8 @@ export class SqliteJournal implements Journal, JournalWriter {
   }
 
   #readHead(actuator: string): Head {
-    const row = this.#stmt.head.get(actuator) as { highest_granted: number; fence_token: number; fence_seq: number | null; granted_to: string | null } | undefined;
+    const row = this.#stmt.head.get(actuator) as
+      { highest_granted: number; fence_token: number; fence_seq: number | null; granted_to: string | null } | undefined;
     if (row === undefined) return EMPTY_SNAPSHOT;
     return { highestGranted: row.highest_granted, lastGrantHolder: row.granted_to, fence: { token: row.fence_token, seq: row.fence_seq } };
   }
@@ -656,7 +675,10 @@ export class SqliteJournal implements Journal, JournalWriter {
   #loadTx(): Map<string, DurableSnapshot> {
     const problems = (this.#db.pragma("quick_check(5)") as { quick_check: string }[]).map((r) => r.quick_check);
     if (problems.length !== 1 || problems[0] !== "ok") {
-      throw new JournalError("JOURNAL_UNREADABLE", `${this.path} is damaged (quick_check: ${problems.join("; ")}). ${startFresh(this.path)}`);
+      throw new JournalError(
+        "JOURNAL_UNREADABLE",
+        `${this.path} is damaged (quick_check: ${problems.join("; ")}). ${startFresh(this.path)}`,
+      );
     }
     const actuators = this.#stmt.allActuators.all() as ActuatorRow[];
     const commands = this.#stmt.allCommands.all() as CommandRow[];
@@ -671,7 +693,8 @@ export class SqliteJournal implements Journal, JournalWriter {
         token: checker.count(row.fence_token, `${where}: fence_token`),
         seq: row.fence_seq === null ? null : checker.count(row.fence_seq, `${where}: fence_seq`),
       };
-      if (fence.token > highestGranted) checker.fail(`${where}: the fence token ${fence.token} is above the highest granted token ${highestGranted}`);
+      if (fence.token > highestGranted)
+        checker.fail(`${where}: the fence token ${fence.token} is above the highest granted token ${highestGranted}`);
       const lastGrantHolder = row.granted_to === null ? null : checker.text(row.granted_to, `${where}: granted_to`);
       snapshots.set(id, { head: { highestGranted, lastGrantHolder, fence }, recent: [] });
     }
@@ -689,7 +712,9 @@ export class SqliteJournal implements Journal, JournalWriter {
       const { highestGranted, fence } = entry.head;
       if (token > highestGranted) checker.fail(`${where}: token ${token} is above the highest granted token ${highestGranted}`);
       if (token > fence.token || (token === fence.token && seq > (fence.seq ?? -1))) {
-        checker.fail(`${where}: (${token}, ${seq}) is above the fence (${fence.token}, ${fence.seq}); the fence must cover every recorded command`);
+        checker.fail(
+          `${where}: (${token}, ${seq}) is above the fence (${fence.token}, ${fence.seq}); the fence must cover every recorded command`,
+        );
       }
       entry.recent.push({ id: rowId, record: { holder, token, seq, set, outcome } });
     }
@@ -724,7 +749,9 @@ function prepare(db: Database.Database) {
        ON CONFLICT (id) DO UPDATE SET highest_granted = excluded.highest_granted,
          fence_token = excluded.fence_token, fence_seq = excluded.fence_seq, granted_to = excluded.granted_to`,
     ),
-    insertCommand: db.prepare("INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json, at_ms) VALUES (?, ?, ?, ?, ?, NULL, ?)"),
+    insertCommand: db.prepare(
+      "INSERT INTO commands (actuator, token, seq, holder, set_json, outcome_json, at_ms) VALUES (?, ?, ?, ?, ?, NULL, ?)",
+    ),
     // Like applyRecord: the first outcome wins, for every matching intent still without one.
     attachOutcome: db.prepare("UPDATE commands SET outcome_json = ? WHERE actuator = ? AND token = ? AND seq = ? AND outcome_json IS NULL"),
     prune: db.prepare(
@@ -732,8 +759,12 @@ function prepare(db: Database.Database) {
     ),
     markLost: db.prepare("UPDATE commands SET outcome_json = ? WHERE outcome_json IS NULL"),
     generation: db.prepare<[], { value: bigint }>("SELECT value FROM meta WHERE key = 'generation'").safeIntegers(true),
-    setGeneration: db.prepare("INSERT INTO meta (key, value) VALUES ('generation', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"),
-    allActuators: db.prepare("SELECT id, highest_granted, fence_token, fence_seq, granted_to FROM actuators ORDER BY id").safeIntegers(true),
+    setGeneration: db.prepare(
+      "INSERT INTO meta (key, value) VALUES ('generation', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    ),
+    allActuators: db
+      .prepare("SELECT id, highest_granted, fence_token, fence_seq, granted_to FROM actuators ORDER BY id")
+      .safeIntegers(true),
     allCommands: db.prepare("SELECT id, actuator, token, seq, holder, set_json, outcome_json FROM commands ORDER BY id").safeIntegers(true),
   };
   return statements;
@@ -774,7 +805,12 @@ function describe(x: unknown): string {
 }
 
 function sameHead(a: Head, b: Head): boolean {
-  return a.highestGranted === b.highestGranted && a.lastGrantHolder === b.lastGrantHolder && a.fence.token === b.fence.token && a.fence.seq === b.fence.seq;
+  return (
+    a.highestGranted === b.highestGranted &&
+    a.lastGrantHolder === b.lastGrantHolder &&
+    a.fence.token === b.fence.token &&
+    a.fence.seq === b.fence.seq
+  );
 }
 
 function truncate(s: string): string {
@@ -818,7 +854,8 @@ function createJournal(options: SqliteJournalOptions): { fresh: boolean; databas
     );
   }
   const mark = readMark(file);
-  if (mark !== null && !options.acceptLostHistory) throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark)} ${recoverAdvice(file)}`);
+  if (mark !== null && !options.acceptLostHistory)
+    throw new JournalError("JOURNAL_LOST_HISTORY", `${databaseLostSentence(file, mark)} ${recoverAdvice(file)}`);
   if (options.createIfMissing === false) throw missingJournal(file);
   return { fresh: createFile(file), databaseLost: mark !== null };
 }
@@ -843,7 +880,11 @@ function refuseLink(file: string): void {
 }
 
 /** Everything after the writer lock is held: what is on disk is this gateway's to judge. */
-function openLocked(options: SqliteJournalOptions, lock: WriterLock | null, created: { fresh: boolean; databaseLost: boolean }): SqliteJournal {
+function openLocked(
+  options: SqliteJournalOptions,
+  lock: WriterLock | null,
+  created: { fresh: boolean; databaseLost: boolean },
+): SqliteJournal {
   const file = options.path;
   const inMemory = lock === null;
   // Read under the lock: a gateway that held it until a moment ago wrote its last mark.
@@ -937,12 +978,22 @@ function lockJournal(file: string, timeoutMs: number): WriterLock {
 /** Takes the exclusive flock on `fd`, waiting up to `timeoutMs`: false when another process holds it. */
 function flock(file: string, fd: number, timeoutMs: number): boolean {
   const wait = timeoutMs > 0 ? ["--timeout", String(timeoutMs / 1000)] : ["--nonblock"];
-  const run = spawnSync("flock", ["--exclusive", ...wait, "--conflict-exit-code", String(LOCK_HELD_EXIT), "3"], { stdio: ["ignore", "ignore", "pipe", fd], encoding: "utf8" });
+  const run = spawnSync("flock", ["--exclusive", ...wait, "--conflict-exit-code", String(LOCK_HELD_EXIT), "3"], {
+    stdio: ["ignore", "ignore", "pipe", fd],
+    encoding: "utf8",
+  });
   if (run.error !== undefined) {
-    throw new JournalError("JOURNAL_UNREADABLE", `${file}: the writer lock could not be taken: flock(1) did not run (${run.error.message}). Install util-linux, which provides it.`);
+    throw new JournalError(
+      "JOURNAL_UNREADABLE",
+      `${file}: the writer lock could not be taken: flock(1) did not run (${run.error.message}). Install util-linux, which provides it.`,
+    );
   }
   if (run.status === LOCK_HELD_EXIT) return false;
-  if (run.status !== 0) throw new JournalError("JOURNAL_UNREADABLE", `${file}: the writer lock could not be taken (flock: ${run.stderr.trim() || `exit ${run.status}`}).`);
+  if (run.status !== 0)
+    throw new JournalError(
+      "JOURNAL_UNREADABLE",
+      `${file}: the writer lock could not be taken (flock: ${run.stderr.trim() || `exit ${run.status}`}).`,
+    );
   return true;
 }
 

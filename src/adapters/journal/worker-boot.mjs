@@ -9,7 +9,10 @@ try {
   register();
   await import(new URL("./worker.ts", import.meta.url).href);
 } catch (error) {
-  workerData.syncAnswers.postMessage({ ok: false, error: { name: "Error", message: `the journal's writer thread could not start: ${error?.stack ?? error}` } });
+  workerData.syncAnswers.postMessage({
+    ok: false,
+    error: { name: "Error", message: `the journal's writer thread could not start: ${error?.stack ?? error}` },
+  });
   Atomics.store(workerData.signal, 0, 1);
   Atomics.notify(workerData.signal, 0);
 }

@@ -106,7 +106,14 @@ export class JournalThread implements Journal, JournalWriter {
     this.#requests = requests.port1;
     this.#answers = answers.port1;
     this.#syncAnswers = syncAnswers.port1;
-    const start: WorkerStart = { journalWorker: true, options: journalOptions, requests: requests.port2, answers: answers.port2, syncAnswers: syncAnswers.port2, signal: this.#signal };
+    const start: WorkerStart = {
+      journalWorker: true,
+      options: journalOptions,
+      requests: requests.port2,
+      answers: answers.port2,
+      syncAnswers: syncAnswers.port2,
+      signal: this.#signal,
+    };
     this.#worker = new Worker(workerEntry(), { workerData: start, transferList: [requests.port2, answers.port2, syncAnswers.port2] });
     // Neither keeps the process alive by itself: only a commit in flight does (#ref).
     this.#worker.unref();
@@ -237,13 +244,16 @@ export class JournalThread implements Journal, JournalWriter {
     }
     if (oldest === null || this.#stalled) return;
     const dueMs = oldest.sentAtMs + this.#stallReportMs - performance.now();
-    this.#stallTimer = setTimeout(() => {
-      this.#stallTimer = null;
-      const problem = this.problem();
-      if (problem === null) return this.#watchStall();
-      this.#stalled = true;
-      this.#log?.warn({ journal: this.path, waitingCommits: this.#pending.size, stallReportMs: this.#stallReportMs }, problem);
-    }, Math.max(0, dueMs));
+    this.#stallTimer = setTimeout(
+      () => {
+        this.#stallTimer = null;
+        const problem = this.problem();
+        if (problem === null) return this.#watchStall();
+        this.#stalled = true;
+        this.#log?.warn({ journal: this.path, waitingCommits: this.#pending.size, stallReportMs: this.#stallReportMs }, problem);
+      },
+      Math.max(0, dueMs),
+    );
     this.#stallTimer.unref();
   }
 
@@ -271,7 +281,10 @@ export class JournalThread implements Journal, JournalWriter {
 function fromWire(error: WireError): Error {
   if (error.name === "JournalError" && error.code !== undefined) {
     const prefix = `${error.code}: `;
-    return new JournalError(error.code as JournalError["code"], error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message);
+    return new JournalError(
+      error.code as JournalError["code"],
+      error.message.startsWith(prefix) ? error.message.slice(prefix.length) : error.message,
+    );
   }
   if (error.name === "RangeError") return new RangeError(error.message);
   return Object.assign(new Error(error.message), error.code === undefined ? {} : { code: error.code });

@@ -41,7 +41,8 @@ export interface WireError {
 }
 
 export type SyncAnswer = { readonly ok: true; readonly value?: unknown } | { readonly ok: false; readonly error: WireError };
-export type AsyncAnswer = { readonly id: number; readonly ok: true } | { readonly id: number; readonly ok: false; readonly error: WireError };
+export type AsyncAnswer =
+  { readonly id: number; readonly ok: true } | { readonly id: number; readonly ok: false; readonly error: WireError };
 
 export function toWire(error: unknown): WireError {
   if (!(error instanceof Error)) return { name: "Error", message: String(error) };

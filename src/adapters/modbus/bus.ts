@@ -25,7 +25,8 @@ import { TcpPort } from "./tcp-port.ts";
 const ModbusRTU = ModbusSerial.default;
 export type ModbusClient = InstanceType<typeof ModbusRTU>;
 
-export type BusLink = { readonly kind: "rtu"; readonly line: RtuLineOptions } | { readonly kind: "tcp"; readonly host: string; readonly port: number };
+export type BusLink =
+  { readonly kind: "rtu"; readonly line: RtuLineOptions } | { readonly kind: "tcp"; readonly host: string; readonly port: number };
 
 export function busLink(bus: BusConfig): BusLink {
   if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
@@ -95,7 +96,10 @@ interface Job {
 export declare interface ModbusBus {
   on(event: "unit", listener: (unit: number, online: boolean, reason: string | null) => void): this;
   on(event: "link", listener: (up: boolean) => void): this;
-  on(event: "transaction", listener: (unit: number, seconds: number, result: "ok" | "exception" | "timeout" | "malformed" | "error") => void): this;
+  on(
+    event: "transaction",
+    listener: (unit: number, seconds: number, result: "ok" | "exception" | "timeout" | "malformed" | "error") => void,
+  ): this;
 }
 
 export class ModbusBus extends EventEmitter {
@@ -170,7 +174,8 @@ export class ModbusBus extends EventEmitter {
     if (!this.queue.has(unit)) return Promise.reject(new Error(`unit ${unit} is not on bus ${this.options.name}`));
     return new Promise<T>((resolve, reject) => {
       const queued = this.queue.push(unit, kind, { run, resolve: resolve as (v: unknown) => void, reject });
-      if (!queued.queued) return reject(new BusBusyError(`unit ${unit} has ${queued.waiting} ${kind === "poll" ? "polls" : "commands"} waiting`));
+      if (!queued.queued)
+        return reject(new BusBusyError(`unit ${unit} has ${queued.waiting} ${kind === "poll" ? "polls" : "commands"} waiting`));
       this.pump();
     });
   }
@@ -274,7 +279,8 @@ export class ModbusBus extends EventEmitter {
     if (last !== undefined && now - last < (this.options.silentUnitWarnEveryMs ?? SILENT_UNIT_WARN_EVERY_MS)) return;
     this.silentWarnedAtMs.set(unit, now);
     const { name, timeoutMs, link } = this.options;
-    const check = link.kind === "rtu" ? "the unit address, the A/B wiring, the baud rate and parity" : "the unit id and the device's address";
+    const check =
+      link.kind === "rtu" ? "the unit address, the A/B wiring, the baud rate and parity" : "the unit id and the device's address";
     this.log.warn(
       { unit, timeoutMs, requests, reason: why },
       `unit ${unit} on bus ${name} has not answered since the bus opened (${requests} requests, ${timeoutMs} ms each); check ${check}`,

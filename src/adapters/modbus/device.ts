@@ -21,7 +21,21 @@
  * On the bus, `read` is a poll; everything else (a command and the reads it needs first, the
  * fence read and raise that leases wait for) is a command, and goes ahead of waiting polls.
  */
-import { EXCEPTION, FENCED, FENCE_REFUSED_EXCEPTION, MAX_SEQ, PROFILE_ID, PROFILE_MAGIC, PROFILE_VERSION, decodeFence, decodeIdentity, encodeFenceRaise, refusalName, u32ToWords, u64ToWords } from "../../../packages/protocol/src/modbus-profile.ts";
+import {
+  EXCEPTION,
+  FENCED,
+  FENCE_REFUSED_EXCEPTION,
+  MAX_SEQ,
+  PROFILE_ID,
+  PROFILE_MAGIC,
+  PROFILE_VERSION,
+  decodeFence,
+  decodeIdentity,
+  encodeFenceRaise,
+  refusalName,
+  u32ToWords,
+  u64ToWords,
+} from "../../../packages/protocol/src/modbus-profile.ts";
 import type { PointConfig } from "../../config/schema.ts";
 import type { Fence, Outcome, PointValues } from "../../core/types.ts";
 import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort, type FenceRaise } from "../../shell/ports.ts";
@@ -142,11 +156,22 @@ export class ModbusDevice implements DevicePort {
       return { kind: "raised" };
     } catch (err) {
       const modbusCode = modbusExceptionCode(err);
-      if (modbusCode === FENCE_REFUSED_EXCEPTION) return { kind: "refused", message: `The device refused fence ${token} (${await this.refusalReason()}): it holds a newer token, so another gateway has taken over.` };
+      if (modbusCode === FENCE_REFUSED_EXCEPTION)
+        return {
+          kind: "refused",
+          message: `The device refused fence ${token} (${await this.refusalReason()}): it holds a newer token, so another gateway has taken over.`,
+        };
       if (modbusCode === EXCEPTION.ILLEGAL_DATA_ADDRESS) {
-        return { kind: "unsupported", message: "The device answered exception 2 to FENCE_RAISE: it implements fenced profile 1.0, and a gateway group needs 1.1 (firmware-bridge/README.md)." };
+        return {
+          kind: "unsupported",
+          message:
+            "The device answered exception 2 to FENCE_RAISE: it implements fenced profile 1.0, and a gateway group needs 1.1 (firmware-bridge/README.md).",
+        };
       }
-      return { kind: "failed", message: `The fence raise was not confirmed: ${modbusCode !== undefined ? describeException(modbusCode) : err instanceof Error ? err.message : String(err)}.` };
+      return {
+        kind: "failed",
+        message: `The fence raise was not confirmed: ${modbusCode !== undefined ? describeException(modbusCode) : err instanceof Error ? err.message : String(err)}.`,
+      };
     }
   }
 
@@ -185,12 +210,17 @@ export class ModbusDevice implements DevicePort {
   private async readRegisters(kind: TransactionClass, table: PointConfig["table"], start: number, count: number): Promise<number[]> {
     const { unit } = this.options;
     try {
-      const result = await this.transact(kind, (c) => call<{ data: number[] }>((cb) => (table === "holding" ? c.writeFC3(unit, start, count, cb) : c.writeFC4(unit, start, count, cb))));
+      const result = await this.transact(kind, (c) =>
+        call<{ data: number[] }>((cb) => (table === "holding" ? c.writeFC3(unit, start, count, cb) : c.writeFC4(unit, start, count, cb))),
+      );
       return result.data;
     } catch (err) {
       const code = modbusExceptionCode(err);
       if (code === undefined) throw err;
-      throw new ReadExceptionError(code, `unit ${unit} answered a read of ${count} ${table} register(s) at ${start} with ${describeException(code)}; check the points' registers and table`);
+      throw new ReadExceptionError(
+        code,
+        `unit ${unit} answered a read of ${count} ${table} register(s) at ${start} with ${describeException(code)}; check the points' registers and table`,
+      );
     }
   }
 
@@ -212,13 +242,16 @@ export class ModbusDevice implements DevicePort {
     const session = this.session();
     if (this.identitySession === session) return;
     const mismatch = (problem: string) =>
-      new DeviceMismatchError(`Unit ${this.options.unit} is not the fenced device configured: ${problem}. Nothing is written to it and no lease is granted until it identifies right.`);
+      new DeviceMismatchError(
+        `Unit ${this.options.unit} is not the fenced device configured: ${problem}. Nothing is written to it and no lease is granted until it identifies right.`,
+      );
     let regs: number[];
     try {
       regs = await this.readRegisters(kind, "holding", FENCED.IDENTITY_START, FENCED.IDENTITY_COUNT);
     } catch (err) {
       // A fenced device answers reads of its whole map: an exception here says it is something else.
-      if (err instanceof ReadExceptionError) throw mismatch(`it answers a read of the identity block (registers 0-7) with ${describeException(err.code)}`);
+      if (err instanceof ReadExceptionError)
+        throw mismatch(`it answers a read of the identity block (registers 0-7) with ${describeException(err.code)}`);
       throw err;
     }
     const identity = decodeIdentity(regs);
@@ -264,7 +297,9 @@ export class ModbusDevice implements DevicePort {
     const seq = this.deviceSeqFor(cmd.token);
     if (seq > MAX_SEQ) throw new SeqExhaustedError();
     const { unit } = this.options;
-    await this.transact("command", (c) => call((cb) => c.writeFC16(unit, FENCED.COMMAND_START, [...u64ToWords(BigInt(cmd.token)), ...u32ToWords(seq), ...words], cb)));
+    await this.transact("command", (c) =>
+      call((cb) => c.writeFC16(unit, FENCED.COMMAND_START, [...u64ToWords(BigInt(cmd.token)), ...u32ToWords(seq), ...words], cb)),
+    );
     for (const [name] of this.setpoints) known.set(name, applied[name]!);
     return Object.fromEntries(Object.keys(cmd.set).map((name) => [name, applied[name]!]));
   }
@@ -277,7 +312,8 @@ export class ModbusDevice implements DevicePort {
       for (const [name, value] of Object.entries(cmd.set)) {
         const point = points[name]!;
         const words = encodePoint(point, value);
-        if (words.length === 1 && writeFunction === "fc06") await this.transact("command", (c) => call((cb) => c.writeFC6(unit, point.register, words[0]!, cb)));
+        if (words.length === 1 && writeFunction === "fc06")
+          await this.transact("command", (c) => call((cb) => c.writeFC6(unit, point.register, words[0]!, cb)));
         else await this.transact("command", (c) => call((cb) => c.writeFC16(unit, point.register, words, cb)));
         applied[name] = decodePoint(point, words);
         written++;
@@ -298,28 +334,51 @@ export class ModbusDevice implements DevicePort {
       return { kind: "failed", code: "DEVICE_ERROR", message: err.message };
     }
     if (err instanceof PartialWriteError) {
-      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: `Only ${Object.keys(err.applied).join(", ")} of the command was confirmed before the device stopped answering; re-read state.` };
+      return {
+        kind: "failed",
+        code: "OUTCOME_UNKNOWN",
+        message: `Only ${Object.keys(err.applied).join(", ")} of the command was confirmed before the device stopped answering; re-read state.`,
+      };
     }
     const modbusCode = modbusExceptionCode(err);
     if (modbusCode !== undefined) {
       const { code, message } = exceptionOutcome(modbusCode, this.options.profile === "fenced");
       if (code === "DEVICE_REJECTED") {
-        return { kind: "failed", code, message: `The device's own fence refused the write (${await this.refusalReason()}); a newer token reached it.`, modbusCode };
+        return {
+          kind: "failed",
+          code,
+          message: `The device's own fence refused the write (${await this.refusalReason()}); a newer token reached it.`,
+          modbusCode,
+        };
       }
       return { kind: "failed", code, message, modbusCode };
     }
     if (isTimeout(err)) {
-      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: `The device did not confirm the write in time (${String((err as Error).message)}); it may or may not have acted, so re-read state.` };
+      return {
+        kind: "failed",
+        code: "OUTCOME_UNKNOWN",
+        message: `The device did not confirm the write in time (${String((err as Error).message)}); it may or may not have acted, so re-read state.`,
+      };
     }
     if (err instanceof DeviceAnswerError) {
-      return { kind: "failed", code: "OUTCOME_UNKNOWN", message: `The device's answer to the write was malformed (${err.message}); it may or may not have acted, so re-read state.` };
+      return {
+        kind: "failed",
+        code: "OUTCOME_UNKNOWN",
+        message: `The device's answer to the write was malformed (${err.message}); it may or may not have acted, so re-read state.`,
+      };
     }
-    return { kind: "failed", code: "OUTCOME_UNKNOWN", message: `The write failed after it may have been sent (${String(err)}); re-read state.` };
+    return {
+      kind: "failed",
+      code: "OUTCOME_UNKNOWN",
+      message: `The write failed after it may have been sent (${String(err)}); re-read state.`,
+    };
   }
 
   private async refusalReason(): Promise<string> {
     try {
-      return refusalName(decodeFence(await this.readRegisters("command", "holding", FENCED.FENCE_START, FENCED.FENCE_COUNT)).lastRefusalReason);
+      return refusalName(
+        decodeFence(await this.readRegisters("command", "holding", FENCED.FENCE_START, FENCED.FENCE_COUNT)).lastRefusalReason,
+      );
     } catch {
       return "reason unreadable";
     }
@@ -355,7 +414,10 @@ class NotSentError extends Error {}
 
 class UnknownSetpointError extends Error {
   constructor(name: string, point: PointConfig, reading: number | undefined) {
-    const read = reading === undefined ? "none has been read from the device" : `the device's ${name} reads ${reading}, which is not a valid value for it (${point.min}..${point.max})`;
+    const read =
+      reading === undefined
+        ? "none has been read from the device"
+        : `the device's ${name} reads ${reading}, which is not a valid value for it (${point.min}..${point.max})`;
     super(`The command block must carry every setpoint and ${read}, so nothing was sent; include ${name} in set.`);
   }
 }

@@ -39,7 +39,10 @@ export function hex(n: number, digits = 2): string {
 
 /** "exception 0x0B (gateway target device failed to respond)", for messages and logs. */
 export function describeException(code: number, fencedProfile = false): string {
-  const name = fencedProfile && code === FENCE_REFUSED_EXCEPTION ? "fence refused" : (MODBUS_EXCEPTIONS[code]?.name ?? "not in the Modbus exception table");
+  const name =
+    fencedProfile && code === FENCE_REFUSED_EXCEPTION
+      ? "fence refused"
+      : (MODBUS_EXCEPTIONS[code]?.name ?? "not in the Modbus exception table");
   return `exception ${hex(code)} (${name})`;
 }
 
@@ -48,7 +51,10 @@ export function describeException(code: number, fencedProfile = false): string {
  * the fenced profile's 0x46, DEVICE_ERROR when the table says the write was not done,
  * OUTCOME_UNKNOWN for the rest, including every code outside the table.
  */
-export function exceptionOutcome(code: number, fencedProfile: boolean): { code: Extract<ErrorCode, "DEVICE_REJECTED" | "DEVICE_ERROR" | "OUTCOME_UNKNOWN">; message: string } {
+export function exceptionOutcome(
+  code: number,
+  fencedProfile: boolean,
+): { code: Extract<ErrorCode, "DEVICE_REJECTED" | "DEVICE_ERROR" | "OUTCOME_UNKNOWN">; message: string } {
   const what = describeException(code, fencedProfile);
   if (fencedProfile && code === FENCE_REFUSED_EXCEPTION) {
     return { code: "DEVICE_REJECTED", message: `The device's own fence refused the write (${what}); nothing was changed.` };
@@ -56,5 +62,8 @@ export function exceptionOutcome(code: number, fencedProfile: boolean): { code: 
   if (MODBUS_EXCEPTIONS[code]?.effect === "none") {
     return { code: "DEVICE_ERROR", message: `The device answered Modbus ${what}: the write was not carried out.` };
   }
-  return { code: "OUTCOME_UNKNOWN", message: `The device answered Modbus ${what}, which does not say whether the write took effect; the fence stays raised, re-read state.` };
+  return {
+    code: "OUTCOME_UNKNOWN",
+    message: `The device answered Modbus ${what}, which does not say whether the write took effect; the fence stays raised, re-read state.`,
+  };
 }

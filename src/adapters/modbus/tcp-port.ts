@@ -92,7 +92,8 @@ export class TcpPort extends AnswerPort<TcpExpectation> {
       if (tid !== expect.tid) {
         // A whole ADU of another transaction (a late answer): say so if this one times out.
         // Scanning on byte by byte, never past it: a false header must not hide the answer.
-        if (length >= 2 && length <= MAX_MBAP_LENGTH && i + 6 + length <= this.rx.length) this.ignored ??= `an answer with transaction id ${tid} (expected ${expect.tid})`;
+        if (length >= 2 && length <= MAX_MBAP_LENGTH && i + 6 + length <= this.rx.length)
+          this.ignored ??= `an answer with transaction id ${tid} (expected ${expect.tid})`;
         continue;
       }
       if (length < 2 || length > MAX_MBAP_LENGTH) return this.finish(new MalformedAnswerError(`an answer with MBAP length ${length}`));

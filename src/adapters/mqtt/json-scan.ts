@@ -31,7 +31,8 @@ function stringEnd(text: string, start: number): number {
     const c = text.charCodeAt(i);
     if (c === BACKSLASH) i += 2;
     else if (c === QUOTE) return i + 1;
-    else if (Number.isNaN(c)) return text.length; // unreachable for valid JSON
+    else if (Number.isNaN(c))
+      return text.length; // unreachable for valid JSON
     else i += 1;
   }
 }

@@ -115,7 +115,16 @@ export class OversizedPacketFilter {
         if (runStart !== -1 && headerStart !== -1) out.push(chunk.subarray(runStart, headerStart));
         runStart = -1;
         const type = first >> 4;
-        this.dropping = { type, qos: type === PUBLISH ? (first >> 1) & 3 : 0, bytes, seen: 0, firstTopicLengthByte: 0, topicLength: null, firstPacketIdByte: 0, packetId: null };
+        this.dropping = {
+          type,
+          qos: type === PUBLISH ? (first >> 1) & 3 : 0,
+          bytes,
+          seen: 0,
+          firstTopicLengthByte: 0,
+          topicLength: null,
+          firstPacketIdByte: 0,
+          packetId: null,
+        };
         this.state = "drop";
         this.left = remaining;
       }

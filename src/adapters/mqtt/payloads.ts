@@ -24,7 +24,8 @@ export function stateJson(s: StateView): StateMessage {
     at: s.at.toISOString(),
     pointsAgeMs: s.pointsAgeMs,
     gateway: s.gateway,
-    safeWrite: s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
+    safeWrite:
+      s.safeWrite === null ? null : { token: s.safeWrite.token, attempts: s.safeWrite.attempts, set: sortedPoints(s.safeWrite.set) },
     // The extensions appear only when they have something to say.
     ...(Object.keys(s.pointFaults).length > 0 ? { pointFaults: sortedPoints(s.pointFaults) } : {}),
     ...(s.problem !== null ? { problem: s.problem } : {}),

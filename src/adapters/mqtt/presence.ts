@@ -13,17 +13,37 @@ import { resolve } from "node:path";
 import { MqttClient } from "mqtt";
 import type { MqttConfig } from "../../config/schema.ts";
 import { streamBuilder } from "./link.ts";
-import { GATEWAY_LEVEL, type GatewayIdentity, HOLDER_PATTERN, gatewayStatusTopic, isActuatorId } from "../../../packages/protocol/src/index.ts";
+import {
+  GATEWAY_LEVEL,
+  type GatewayIdentity,
+  HOLDER_PATTERN,
+  gatewayStatusTopic,
+  isActuatorId,
+} from "../../../packages/protocol/src/index.ts";
 
-export function identityOf(gatewayId: string, journalPath: string, serves: { readonly actuators?: readonly string[]; readonly group?: string | undefined } = {}, pid = process.pid): GatewayIdentity {
+export function identityOf(
+  gatewayId: string,
+  journalPath: string,
+  serves: { readonly actuators?: readonly string[]; readonly group?: string | undefined } = {},
+  pid = process.pid,
+): GatewayIdentity {
   const host = hostname();
-  const instance = createHash("sha256").update(`${host}\u0000${resolve(journalPath)}`).digest("hex").slice(0, 16);
-  return { id: gatewayId, instance, host, pid, ...(serves.actuators ? { actuators: serves.actuators } : {}), ...(serves.group !== undefined ? { group: serves.group } : {}) };
+  const instance = createHash("sha256")
+    .update(`${host}\u0000${resolve(journalPath)}`)
+    .digest("hex")
+    .slice(0, 16);
+  return {
+    id: gatewayId,
+    instance,
+    host,
+    pid,
+    ...(serves.actuators ? { actuators: serves.actuators } : {}),
+    ...(serves.group !== undefined ? { group: serves.group } : {}),
+  };
 }
 
 export type ProbeResult =
-  | { readonly kind: "answered"; readonly gateways: readonly GatewayIdentity[] }
-  | { readonly kind: "unreachable"; readonly reason: string };
+  { readonly kind: "answered"; readonly gateways: readonly GatewayIdentity[] } | { readonly kind: "unreachable"; readonly reason: string };
 
 export interface ProbeOptions {
   readonly connectTimeoutMs?: number;
@@ -75,7 +95,10 @@ export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions = {}
     const unanswered = () => [...online].filter((id) => !gateways.some((g) => g.id === id));
     let answered: (() => void) | null = null;
     client.on("message", (topic, payload, packet) => {
-      const level = topic.startsWith(`${base}/${GATEWAY_LEVEL}/`) && topic.endsWith("/status") ? topic.slice(base.length + GATEWAY_LEVEL.length + 2, -"/status".length) : null;
+      const level =
+        topic.startsWith(`${base}/${GATEWAY_LEVEL}/`) && topic.endsWith("/status")
+          ? topic.slice(base.length + GATEWAY_LEVEL.length + 2, -"/status".length)
+          : null;
       if (level !== null && !level.includes("/")) {
         // A gateway group's members say their role.
         if (["online", "active", "standby"].includes(payload.toString())) online.add(level);
@@ -90,7 +113,10 @@ export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions = {}
     await client.subscribeAsync([statusFilter, replyTopic], { qos: 1 });
     const request = JSON.stringify({ id: nonce, holder });
     // Acknowledged after the broker handled it, and after the retained status it sent on subscribing.
-    await client.publishAsync(`${base}/${GATEWAY_LEVEL}/read`, request, { qos: 1, ...(v5 ? { properties: { responseTopic: replyTopic, correlationData: Buffer.from(nonce) } } : {}) });
+    await client.publishAsync(`${base}/${GATEWAY_LEVEL}/read`, request, {
+      qos: 1,
+      ...(v5 ? { properties: { responseTopic: replyTopic, correlationData: Buffer.from(nonce) } } : {}),
+    });
     if (unanswered().length > 0 || (options.waitForAll === true && online.size > 0)) {
       await new Promise<void>((done) => {
         const timer = setTimeout(done, options.answerWaitMs ?? 1500);
@@ -122,10 +148,20 @@ function parseAnswer(text: string, correlation: string | undefined, nonce: strin
   const { id, ok, gateway } = body as { id?: unknown; ok?: unknown; gateway?: unknown };
   if ((correlation ?? id) !== nonce || ok !== true || typeof gateway !== "object" || gateway === null) return null;
   const g = gateway as Record<string, unknown>;
-  if (typeof g["id"] !== "string" || typeof g["instance"] !== "string" || typeof g["host"] !== "string" || typeof g["pid"] !== "number") return null;
-  const actuators = Array.isArray(g["actuators"]) ? g["actuators"].filter((a): a is string => typeof a === "string" && isActuatorId(a)) : undefined;
+  if (typeof g["id"] !== "string" || typeof g["instance"] !== "string" || typeof g["host"] !== "string" || typeof g["pid"] !== "number")
+    return null;
+  const actuators = Array.isArray(g["actuators"])
+    ? g["actuators"].filter((a): a is string => typeof a === "string" && isActuatorId(a))
+    : undefined;
   const group = typeof g["group"] === "string" ? g["group"] : undefined;
-  return { id: g["id"], instance: g["instance"], host: g["host"], pid: g["pid"], ...(actuators ? { actuators } : {}), ...(group !== undefined ? { group } : {}) };
+  return {
+    id: g["id"],
+    instance: g["instance"],
+    host: g["host"],
+    pid: g["pid"],
+    ...(actuators ? { actuators } : {}),
+    ...(group !== undefined ? { group } : {}),
+  };
 }
 
 /** Another gateway with this gatewayId is connected: this one must not take the id. */
@@ -153,7 +189,10 @@ export class ActuatorConflictError extends Error {
 }
 
 /** Another gateway (another gatewayId, not of this one's group) that answered serving one of `self`'s actuators, with the ids both serve. */
-export function actuatorConflictOf(result: ProbeResult, self: GatewayIdentity): { other: GatewayIdentity; actuators: string[] } | undefined {
+export function actuatorConflictOf(
+  result: ProbeResult,
+  self: GatewayIdentity,
+): { other: GatewayIdentity; actuators: string[] } | undefined {
   const mine = new Set(self.actuators ?? []);
   for (const other of othersThan(result, self)) {
     const shared = (other.actuators ?? []).filter((a) => mine.has(a));

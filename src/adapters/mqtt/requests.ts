@@ -17,7 +17,16 @@
  */
 import * as z from "zod";
 import { scanJson, type JsonScan } from "./json-scan.ts";
-import { HOLDER_PATTERN, REQUEST_ID_PATTERN, type GatewayRequest, type RequestVerb, isActuatorId, isPointName, replyTopic, responseTopicProblem } from "../../../packages/protocol/src/index.ts";
+import {
+  HOLDER_PATTERN,
+  REQUEST_ID_PATTERN,
+  type GatewayRequest,
+  type RequestVerb,
+  isActuatorId,
+  isPointName,
+  replyTopic,
+  responseTopicProblem,
+} from "../../../packages/protocol/src/index.ts";
 
 export const MAX_SET_POINTS = 64;
 /**
@@ -134,8 +143,7 @@ function messages(limits: RequestLimits): Readonly<Record<string, string>> {
   };
 }
 
-const safeInt = (min: number, max: number) =>
-  z.number().refine((v) => Number.isSafeInteger(v) && v >= min && v <= max);
+const safeInt = (min: number, max: number) => z.number().refine((v) => Number.isSafeInteger(v) && v >= min && v <= max);
 
 const pointName = z.string().refine(isPointName);
 
@@ -148,7 +156,10 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
   const holder = z.string().regex(HOLDER_PATTERN);
   const token = safeInt(1, MAX);
   // Authenticated actuators (an extension): see packages/protocol/src/signature.ts.
-  const mac = z.string().regex(/^[0-9a-f]{64}$/).optional();
+  const mac = z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .optional();
   const counter = safeInt(1, MAX).optional();
   return {
     "lease/acquire": z.strictObject({ id, holder, ttlMs: safeInt(limits.minTtlMs, limits.maxTtlMs) }),
@@ -159,12 +170,10 @@ function buildSchemas(limits: RequestLimits): Readonly<Record<RequestVerb, z.Zod
       holder,
       token,
       seq: safeInt(0, MAX),
-      set: z
-        .record(pointName, z.number().refine(Number.isFinite))
-        .refine((s) => {
-          const n = Object.keys(s).length;
-          return n >= 1 && n <= MAX_SET_POINTS;
-        }),
+      set: z.record(pointName, z.number().refine(Number.isFinite)).refine((s) => {
+        const n = Object.keys(s).length;
+        return n >= 1 && n <= MAX_SET_POINTS;
+      }),
       deadlineMs: safeInt(1, limits.maxDeadlineMs).optional(),
       mac,
     }),
@@ -310,7 +319,9 @@ function responseProblem(inc: IncomingRequest): string | null {
   const problem = responseTopicProblem(inc.base, inc.responseTopic);
   if (problem !== null) return problem;
   const size = inc.correlationData?.byteLength ?? 0;
-  return size > MAX_CORRELATION_DATA_BYTES ? `the correlation data is ${size} bytes long; at most ${MAX_CORRELATION_DATA_BYTES} are allowed` : null;
+  return size > MAX_CORRELATION_DATA_BYTES
+    ? `the correlation data is ${size} bytes long; at most ${MAX_CORRELATION_DATA_BYTES} are allowed`
+    : null;
 }
 
 /**
@@ -320,7 +331,11 @@ function responseProblem(inc: IncomingRequest): string | null {
 export function parseRequest(inc: IncomingRequest): ParseResult {
   const size = inc.payload.byteLength;
   if (size > inc.limits.maxPayloadBytes) {
-    return { kind: "unanswerable", cause: "TOO_LARGE", reason: `the payload is ${size} bytes, over the limit of ${inc.limits.maxPayloadBytes}` };
+    return {
+      kind: "unanswerable",
+      cause: "TOO_LARGE",
+      reason: `the payload is ${size} bytes, over the limit of ${inc.limits.maxPayloadBytes}`,
+    };
   }
   let text: string;
   try {
@@ -345,7 +360,11 @@ export function parseRequest(inc: IncomingRequest): ParseResult {
   const problem = responseProblem(inc);
   const route: ReplyRoute | null =
     inc.responseTopic !== undefined && problem === null
-      ? { kind: "responseTopic", responseTopic: inc.responseTopic, ...(inc.correlationData === undefined ? {} : { correlationData: inc.correlationData }) }
+      ? {
+          kind: "responseTopic",
+          responseTopic: inc.responseTopic,
+          ...(inc.correlationData === undefined ? {} : { correlationData: inc.correlationData }),
+        }
       : holderRoute(inc, obj);
   if (route === null) {
     return {

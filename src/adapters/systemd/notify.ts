@@ -181,7 +181,8 @@ export class SystemdNotifier {
     const tick = () => {
       const lateMs = performance.now() - expectedAtMs;
       expectedAtMs = performance.now() + intervalMs;
-      if (lateMs > intervalMs) this.log.warn({ lateMs: Math.round(lateMs) }, "the event loop was blocked; the systemd watchdog ping was late");
+      if (lateMs > intervalMs)
+        this.log.warn({ lateMs: Math.round(lateMs) }, "the event loop was blocked; the systemd watchdog ping was late");
       const now = problem();
       if (now !== lastProblem) {
         if (now !== null) this.log.error({ problem: now }, "unhealthy: no more systemd watchdog pings until this clears");

@@ -51,7 +51,8 @@ class SharedClient {
       } catch (err) {
         if (this.closed) return null;
         const problem = connectProblem(err);
-        if (problem !== this.problem) this.log.warn(`fencegate: ${problem} (${this.options.url}, holder ${this.options.holder}); trying again`);
+        if (problem !== this.problem)
+          this.log.warn(`fencegate: ${problem} (${this.options.url}, holder ${this.options.holder}); trying again`);
         this.report(problem);
         await new Promise((resolve) => {
           this.wake = resolve;

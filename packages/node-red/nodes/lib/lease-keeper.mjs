@@ -74,7 +74,8 @@ export class LeaseKeeper {
   /** Begins: acquiring at once when `wanted`, else not held until want(), without a change to tell. */
   start(wanted) {
     if (wanted) this.want();
-    else this.view = { state: "released", actuator: this.actuator, holder: this.connection.holder, message: `Not holding ${this.actuator}.` };
+    else
+      this.view = { state: "released", actuator: this.actuator, holder: this.connection.holder, message: `Not holding ${this.actuator}.` };
   }
 
   want() {
@@ -165,7 +166,8 @@ export class LeaseKeeper {
     if (client === null || this.closed) return;
     try {
       for await (const item of client.watch(this.actuator, { signal: this.watching.signal })) {
-        if (item.kind === "state" && item.state.online && item.state.lease === null && this.wanted && this.lease === null) this.attemptIn(0);
+        if (item.kind === "state" && item.state.online && item.state.lease === null && this.wanted && this.lease === null)
+          this.attemptIn(0);
       }
     } catch {
       // The connection closed under the watch: the node is going away.
@@ -177,7 +179,13 @@ export class LeaseKeeper {
     const view = { state: fields.state, actuator: this.actuator, holder: this.connection.holder, ...fields };
     const before = this.view;
     this.view = view;
-    const same = before !== null && before.state === view.state && before.token === view.token && before.code === view.code && before.heldBy?.holder === view.heldBy?.holder && before.heldBy?.token === view.heldBy?.token;
+    const same =
+      before !== null &&
+      before.state === view.state &&
+      before.token === view.token &&
+      before.code === view.code &&
+      before.heldBy?.holder === view.heldBy?.holder &&
+      before.heldBy?.token === view.heldBy?.token;
     if (!same) this.onChange(view);
   }
 }

@@ -54,7 +54,9 @@ function watchActuator(node, connection, actuator, onItem) {
 /** A positive integer setting, or a sentence saying what is wrong with it. */
 function integerSetting(value, name, most) {
   const n = Number(value);
-  return Number.isInteger(n) && n >= 1 && n <= most ? n : `${name} must be a whole number of milliseconds from 1 to ${most}; it is "${value}".`;
+  return Number.isInteger(n) && n >= 1 && n <= most
+    ? n
+    : `${name} must be a whole number of milliseconds from 1 to ${most}; it is "${value}".`;
 }
 
 export function registerFencegateNodes(RED) {
@@ -65,7 +67,11 @@ export function registerFencegateNodes(RED) {
    */
   function setUp(node, config) {
     const broker = RED.nodes.getNode(config.broker);
-    const problem = !broker ? "no fencegate broker configured: pick or add one in the node's settings" : !ACTUATOR_PATTERN.test(config.actuator ?? "") ? `actuator "${config.actuator ?? ""}" is not an actuator id (a-z, 0-9, _ and -, at most 64)` : (broker.problem ?? null);
+    const problem = !broker
+      ? "no fencegate broker configured: pick or add one in the node's settings"
+      : !ACTUATOR_PATTERN.test(config.actuator ?? "")
+        ? `actuator "${config.actuator ?? ""}" is not an actuator id (a-z, 0-9, _ and -, at most 64)`
+        : (broker.problem ?? null);
     if (problem) {
       node.status({ fill: "red", shape: "ring", text: short(problem) });
       node.error(`fencegate: ${problem}`);
@@ -88,9 +94,12 @@ export function registerFencegateNodes(RED) {
     } catch {
       node.problem = `broker URL "${url}" is not a URL such as mqtt://localhost:1883`;
     }
-    if (!node.problem && !["mqtt:", "mqtts:", "ws:", "wss:"].includes(scheme)) node.problem = `broker URL "${url}" must start with mqtt://, mqtts://, ws:// or wss://`;
-    else if (!node.problem && tlsNode && !["mqtts:", "wss:"].includes(scheme)) node.problem = `TLS is set, so the broker URL must start with mqtts:// or wss://, not ${scheme}//`;
-    else if (node.holder !== "" && !HOLDER_PATTERN.test(node.holder)) node.problem = `holder "${node.holder}" may have only A-Z, a-z, 0-9, . _ : - (at most 128)`;
+    if (!node.problem && !["mqtt:", "mqtts:", "ws:", "wss:"].includes(scheme))
+      node.problem = `broker URL "${url}" must start with mqtt://, mqtts://, ws:// or wss://`;
+    else if (!node.problem && tlsNode && !["mqtts:", "wss:"].includes(scheme))
+      node.problem = `TLS is set, so the broker URL must start with mqtts:// or wss://, not ${scheme}//`;
+    else if (node.holder !== "" && !HOLDER_PATTERN.test(node.holder))
+      node.problem = `holder "${node.holder}" may have only A-Z, a-z, 0-9, . _ : - (at most 128)`;
     const tls = tlsNode ? tlsNode.addTLSOptions({}) : undefined;
     node.connections = new Connections(
       {
@@ -99,23 +108,40 @@ export function registerFencegateNodes(RED) {
         protocolVersion: config.protocolVersion === "4" ? 4 : 5,
         ...(node.credentials?.username ? { username: node.credentials.username } : {}),
         ...(node.credentials?.password ? { password: node.credentials.password } : {}),
-        ...(tls ? { tls: { ca: tls.ca, cert: tls.cert, key: tls.key, passphrase: tls.passphrase, servername: tls.servername, rejectUnauthorized: tls.rejectUnauthorized } } : {}),
+        ...(tls
+          ? {
+              tls: {
+                ca: tls.ca,
+                cert: tls.cert,
+                key: tls.key,
+                passphrase: tls.passphrase,
+                servername: tls.servername,
+                rejectUnauthorized: tls.rejectUnauthorized,
+              },
+            }
+          : {}),
       },
       RED.log,
     );
     /** The holder id `user` (a node) acts as: the configured one, or derived from the user's flow. */
-    node.holderFor = (user) => node.holder || holderFromFlow(hostname(), RED.util.getSetting(user, "NR_FLOW_NAME"), RED.util.getSetting(user, "NR_FLOW_ID"));
+    node.holderFor = (user) =>
+      node.holder || holderFromFlow(hostname(), RED.util.getSetting(user, "NR_FLOW_NAME"), RED.util.getSetting(user, "NR_FLOW_ID"));
     node.on("close", (done) => {
       node.connections.closeAll().then(() => done(), done);
     });
   }
-  RED.nodes.registerType("fencegate-broker", FencegateBrokerNode, { credentials: { username: { type: "text" }, password: { type: "password" } } });
+  RED.nodes.registerType("fencegate-broker", FencegateBrokerNode, {
+    credentials: { username: { type: "text" }, password: { type: "password" } },
+  });
 
   function FencegateLeaseNode(config) {
     RED.nodes.createNode(this, config);
     const node = this;
     const ttlMs = integerSetting(config.ttlMs, "TTL", MAX_TTL_MS);
-    const setup = typeof ttlMs === "string" ? (node.status({ fill: "red", shape: "ring", text: "bad TTL" }), node.error(`fencegate: ${ttlMs}`), null) : setUp(node, config);
+    const setup =
+      typeof ttlMs === "string"
+        ? (node.status({ fill: "red", shape: "ring", text: "bad TTL" }), node.error(`fencegate: ${ttlMs}`), null)
+        : setUp(node, config);
     if (!setup) return;
     const { broker, holder, actuator, connection } = setup;
     const keeper = new LeaseKeeper({
@@ -129,7 +155,9 @@ export function registerFencegateNodes(RED) {
     });
     if (!broker.connections.claimLease(holder, actuator, keeper)) {
       node.status({ fill: "red", shape: "ring", text: "another lease node has this actuator" });
-      node.error(`fencegate: another fencegate lease node already keeps ${actuator} for holder ${holder} on this broker; one lease node per actuator and holder (command nodes share it).`);
+      node.error(
+        `fencegate: another fencegate lease node already keeps ${actuator} for holder ${holder} on this broker; one lease node per actuator and holder (command nodes share it).`,
+      );
       void keeper.close(false);
       void connection.release();
       return;
@@ -144,7 +172,11 @@ export function registerFencegateNodes(RED) {
       if (msg.payload === "acquire") keeper.want();
       else if (msg.payload === "release") void keeper.unwant();
       // Said as a sentence without a stack: catch nodes get it with the message.
-      else node.error(`fencegate lease: msg.payload must be "acquire" or "release"; it is ${JSON.stringify(msg.payload) ?? String(msg.payload)}.`, msg);
+      else
+        node.error(
+          `fencegate lease: msg.payload must be "acquire" or "release"; it is ${JSON.stringify(msg.payload) ?? String(msg.payload)}.`,
+          msg,
+        );
       done();
     });
     node.on("close", (removed, done) => {
@@ -160,8 +192,12 @@ export function registerFencegateNodes(RED) {
   function FencegateCommandNode(config) {
     RED.nodes.createNode(this, config);
     const node = this;
-    const deadlineMs = String(config.deadlineMs ?? "").trim() === "" ? undefined : integerSetting(config.deadlineMs, "Deadline", MAX_DEADLINE_MS);
-    const setup = typeof deadlineMs === "string" ? (node.status({ fill: "red", shape: "ring", text: "bad deadline" }), node.error(`fencegate: ${deadlineMs}`), null) : setUp(node, config);
+    const deadlineMs =
+      String(config.deadlineMs ?? "").trim() === "" ? undefined : integerSetting(config.deadlineMs, "Deadline", MAX_DEADLINE_MS);
+    const setup =
+      typeof deadlineMs === "string"
+        ? (node.status({ fill: "red", shape: "ring", text: "bad deadline" }), node.error(`fencegate: ${deadlineMs}`), null)
+        : setUp(node, config);
     if (!setup) return;
     const { broker, holder, actuator, connection } = setup;
     let inFlight = 0;
@@ -191,7 +227,15 @@ export function registerFencegateNodes(RED) {
 
     function refuse(msg, send, done, refusal) {
       const unknown = refusal.code === "OUTCOME_UNKNOWN" || refusal.code === "TIMEOUT";
-      showOutcome(unknown ? { fill: "yellow", shape: "ring", text: `outcome unknown (${refusal.code}): state re-read` } : { fill: "red", shape: "ring", text: refusal.code === "NO_LEASE" ? "refused: no lease held, nothing sent" : `refused: ${refusal.code}` });
+      showOutcome(
+        unknown
+          ? { fill: "yellow", shape: "ring", text: `outcome unknown (${refusal.code}): state re-read` }
+          : {
+              fill: "red",
+              shape: "ring",
+              text: refusal.code === "NO_LEASE" ? "refused: no lease held, nothing sent" : `refused: ${refusal.code}`,
+            },
+      );
       msg.payload = { outcome: unknown ? "unknown" : "refused", actuator, holder, ...refusal };
       send([null, msg]);
       done();
@@ -204,10 +248,18 @@ export function registerFencegateNodes(RED) {
       const keeper = broker.connections.leaseKeeper(holder, actuator);
       const lease = keeper?.held() ?? null;
       if (lease === null) {
-        const message = keeper ? keeper.whyNotHeld() : `No fencegate lease node keeps ${actuator} for holder ${holder}: add one with the same broker and actuator. Nothing was sent.`;
+        const message = keeper
+          ? keeper.whyNotHeld()
+          : `No fencegate lease node keeps ${actuator} for holder ${holder}: add one with the same broker and actuator. Nothing was sent.`;
         return refuse(msg, send, done, { code: "NO_LEASE", message, sent: false, set });
       }
-      if (inFlight >= MAX_IN_FLIGHT) return refuse(msg, send, done, { code: "OVERLOADED", message: `${MAX_IN_FLIGHT} commands of this node are still waiting for their outcome. Nothing was sent.`, sent: false, set });
+      if (inFlight >= MAX_IN_FLIGHT)
+        return refuse(msg, send, done, {
+          code: "OVERLOADED",
+          message: `${MAX_IN_FLIGHT} commands of this node are still waiting for their outcome. Nothing was sent.`,
+          sent: false,
+          set,
+        });
       inFlight++;
       try {
         const result = await lease.command(checked.set, deadlineMs !== undefined ? { deadlineMs } : {});
@@ -216,18 +268,34 @@ export function registerFencegateNodes(RED) {
         send([msg, null]);
         done();
       } catch (err) {
-        if (err instanceof LeaseLostError) return refuse(msg, send, done, { code: "NO_LEASE", message: `${err.message} Nothing was sent.`, sent: false, set });
+        if (err instanceof LeaseLostError)
+          return refuse(msg, send, done, { code: "NO_LEASE", message: `${err.message} Nothing was sent.`, sent: false, set });
         if (err instanceof FencegateError) {
           const details = { fence: err.fence, lease: err.lease, modbusCode: err.modbusCode, state: err.state };
           const said = err.message.replace(/^[A-Z_]+: /, "");
-          const message = err.code === "OUTCOME_UNKNOWN" ? `${said} The device may have applied it; the state was re-read${err.state ? "" : " but could not be had"}.` : said;
-          return refuse(msg, send, done, { code: err.code, message, sent: true, set, ...Object.fromEntries(Object.entries(details).filter(([, v]) => v !== undefined)) });
+          const message =
+            err.code === "OUTCOME_UNKNOWN"
+              ? `${said} The device may have applied it; the state was re-read${err.state ? "" : " but could not be had"}.`
+              : said;
+          return refuse(msg, send, done, {
+            code: err.code,
+            message,
+            sent: true,
+            set,
+            ...Object.fromEntries(Object.entries(details).filter(([, v]) => v !== undefined)),
+          });
         }
         if (err instanceof FencegateTimeoutError) {
           // No reply after the retries: it may have been applied. Read what the device says now.
           const client = await connection.client();
           const state = await client?.read(actuator).catch(() => undefined);
-          return refuse(msg, send, done, { code: "TIMEOUT", message: `${err.message}. The device may have applied it; the state was re-read${state ? "" : " but could not be had"}.`, sent: true, set, ...(state ? { state } : {}) });
+          return refuse(msg, send, done, {
+            code: "TIMEOUT",
+            message: `${err.message}. The device may have applied it; the state was re-read${state ? "" : " but could not be had"}.`,
+            sent: true,
+            set,
+            ...(state ? { state } : {}),
+          });
         }
         done(err);
       } finally {
@@ -254,7 +322,13 @@ export function registerFencegateNodes(RED) {
     const stopWatching = watchActuator(node, connection, actuator, (item) => {
       if (item.kind === "state") {
         const s = item.state;
-        node.status(!s.online ? offlineStatus(s) : s.lease ? { fill: "green", shape: "dot", text: `online, held by ${s.lease.holder} (token ${s.lease.token})` } : { fill: "green", shape: "ring", text: "online, no lease" });
+        node.status(
+          !s.online
+            ? offlineStatus(s)
+            : s.lease
+              ? { fill: "green", shape: "dot", text: `online, held by ${s.lease.holder} (token ${s.lease.token})` }
+              : { fill: "green", shape: "ring", text: "online, no lease" },
+        );
         node.send([{ topic: actuator, payload: s }, null]);
       } else {
         node.send([null, { topic: actuator, payload: item.event }]);

@@ -24,7 +24,12 @@ function isPlainObject(value) {
   if (typeof value !== "object" || value === null) return false;
   const proto = Object.getPrototypeOf(value);
   if (proto === null) return true;
-  return Object.getPrototypeOf(proto) === null && Object.prototype.toString.call(value) === "[object Object]" && typeof proto.constructor === "function" && proto.constructor.name === "Object";
+  return (
+    Object.getPrototypeOf(proto) === null &&
+    Object.prototype.toString.call(value) === "[object Object]" &&
+    typeof proto.constructor === "function" &&
+    proto.constructor.name === "Object"
+  );
 }
 
 /** `{ ok: true, set }` or `{ ok: false, message }`: one sentence naming what is wrong. */
@@ -34,12 +39,15 @@ export function checkSetpoints(payload) {
   }
   const names = Object.keys(payload);
   if (names.length === 0) return { ok: false, message: 'msg.payload has no setpoints; send one or more, such as {"position": 42.5}.' };
-  if (names.length > MAX_POINTS) return { ok: false, message: `msg.payload has ${names.length} setpoints; a command carries at most ${MAX_POINTS}.` };
+  if (names.length > MAX_POINTS)
+    return { ok: false, message: `msg.payload has ${names.length} setpoints; a command carries at most ${MAX_POINTS}.` };
   for (const name of names) {
     const value = payload[name];
-    if (typeof value !== "number" || !Number.isFinite(value)) return { ok: false, message: `Setpoint "${name}" must be a finite number; it is ${describe(value)}.` };
+    if (typeof value !== "number" || !Number.isFinite(value))
+      return { ok: false, message: `Setpoint "${name}" must be a finite number; it is ${describe(value)}.` };
   }
   const bytes = Buffer.byteLength(JSON.stringify(payload));
-  if (bytes > MAX_SET_BYTES) return { ok: false, message: `msg.payload takes ${bytes} bytes as JSON; a command's setpoints may take at most ${MAX_SET_BYTES}.` };
+  if (bytes > MAX_SET_BYTES)
+    return { ok: false, message: `msg.payload takes ${bytes} bytes as JSON; a command's setpoints may take at most ${MAX_SET_BYTES}.` };
   return { ok: true, set: { ...payload } };
 }

@@ -48,7 +48,11 @@ function setText(node, text) {
 }
 
 function fmtSet(set) {
-  return set ? Object.entries(set).map(([k, v]) => `${k}=${v}`).join(" ") : "";
+  return set
+    ? Object.entries(set)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(" ")
+    : "";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -68,7 +72,12 @@ function drawGateway(g) {
   setText($("gw-broker"), g.broker.connected ? "connected" : "not connected");
   const j = g.journal;
   $("gw-journal").className = j.problem ? "bad" : j.auditLag.oldestMs > 1000 ? "warn" : "good";
-  setText($("gw-journal"), j.problem ? j.problem : `last commit ${duration(j.lastCommitAgeMs)} ago · audit lag ${j.auditLag.records} (${duration(j.auditLag.oldestMs)}) · ${j.auditLag.commits} commits`);
+  setText(
+    $("gw-journal"),
+    j.problem
+      ? j.problem
+      : `last commit ${duration(j.lastCommitAgeMs)} ago · audit lag ${j.auditLag.records} (${duration(j.auditLag.oldestMs)}) · ${j.auditLag.commits} commits`,
+  );
   $("gw-health").className = g.health.problem ? "bad" : "good";
   setText($("gw-health"), g.health.problem ? `503: ${g.health.problem}` : "200 ok");
   const buses = $("gw-buses");
@@ -95,15 +104,46 @@ function drawCounters(c) {
   const items = [
     { label: `${c.online} online`, what: "actuators online", cls: "good", test: (a) => a.online },
     { label: `${c.offline} offline`, what: "actuators offline", cls: c.offline > 0 ? "bad" : "", test: (a) => !a.online },
-    { label: `${c.leases} ${c.leases === 1 ? "lease" : "leases"} held`, what: "actuators under a lease", cls: "", test: (a) => a.lease !== null },
+    {
+      label: `${c.leases} ${c.leases === 1 ? "lease" : "leases"} held`,
+      what: "actuators under a lease",
+      cls: "",
+      test: (a) => a.lease !== null,
+    },
   ];
   const codes = Object.entries(c.refusalsLastMinute);
-  if (codes.length === 0) items.push({ label: "0 refused (1 min)", what: "actuators with a refusal in the last minute", cls: "", test: (a) => Object.keys(a.refusalsLastMinute).length > 0 });
-  for (const [code, n] of codes) items.push({ label: `${n} ${code} (1 min)`, what: `actuators that refused with ${code} in the last minute`, cls: "warn", test: (a) => (a.refusalsLastMinute[code] || 0) > 0 });
-  items.push({ label: `${c.outcomeUnknownLastMinute} outcome unknown (1 min)`, what: "actuators with an unknown outcome in the last minute", cls: c.outcomeUnknownLastMinute > 0 ? "bad" : "", test: (a) => a.outcomeUnknownLastMinute > 0 });
+  if (codes.length === 0)
+    items.push({
+      label: "0 refused (1 min)",
+      what: "actuators with a refusal in the last minute",
+      cls: "",
+      test: (a) => Object.keys(a.refusalsLastMinute).length > 0,
+    });
+  for (const [code, n] of codes)
+    items.push({
+      label: `${n} ${code} (1 min)`,
+      what: `actuators that refused with ${code} in the last minute`,
+      cls: "warn",
+      test: (a) => (a.refusalsLastMinute[code] || 0) > 0,
+    });
+  items.push({
+    label: `${c.outcomeUnknownLastMinute} outcome unknown (1 min)`,
+    what: "actuators with an unknown outcome in the last minute",
+    cls: c.outcomeUnknownLastMinute > 0 ? "bad" : "",
+    test: (a) => a.outcomeUnknownLastMinute > 0,
+  });
   $("counters").replaceChildren(
     ...items.map((item) =>
-      el("button", { type: "button", class: `counter ${item.cls}${filter && filter.what === item.what ? " active" : ""}`, "aria-pressed": String(!!filter && filter.what === item.what), onclick: () => setFilter(filter && filter.what === item.what ? null : item) }, item.label),
+      el(
+        "button",
+        {
+          type: "button",
+          class: `counter ${item.cls}${filter && filter.what === item.what ? " active" : ""}`,
+          "aria-pressed": String(!!filter && filter.what === item.what),
+          onclick: () => setFilter(filter && filter.what === item.what ? null : item),
+        },
+        item.label,
+      ),
     ),
   );
 }
@@ -175,14 +215,27 @@ function drawCard(a) {
   setText(f.accepted, acc ? `${acc.holder} t${acc.token}/s${acc.seq} ${fmtSet(acc.set)} → ${acc.outcome || "at the device"}` : "none yet");
   const ref = a.lastRefusal;
   f.refusal.className = `refusal${ref ? " warn" : ""}`;
-  card.refusal = ref ? `${ref.code} · ${ref.holder || "?"}${ref.token !== null ? ` t${ref.token}` : ""}${ref.seq !== null ? `/s${ref.seq}` : ""}` : "none yet";
+  card.refusal = ref
+    ? `${ref.code} · ${ref.holder || "?"}${ref.token !== null ? ` t${ref.token}` : ""}${ref.seq !== null ? `/s${ref.seq}` : ""}`
+    : "none yet";
   const sw = a.safeWrite;
   f.safe.className = `safe${sw ? (sw.lastCode ? " bad" : " warn") : ""}`;
-  setText(f.safe, sw ? `pending: ${fmtSet(sw.set)} (token ${sw.token}, ${sw.attempts} ${sw.attempts === 1 ? "attempt" : "attempts"}${sw.lastCode ? `, last ${sw.lastCode}` : ""})` : "none owed");
+  setText(
+    f.safe,
+    sw
+      ? `pending: ${fmtSet(sw.set)} (token ${sw.token}, ${sw.attempts} ${sw.attempts === 1 ? "attempt" : "attempts"}${sw.lastCode ? `, last ${sw.lastCode}` : ""})`
+      : "none owed",
+  );
   f.points.replaceChildren(
     f.pointsAge,
     ...a.points.map((p) =>
-      el("tr", p.fault ? { class: "fault" } : {}, el("th", {}, p.name), el("td", {}, p.fault ? `fault: ${p.fault}` : p.value === null ? "–" : String(p.value)), el("td", { class: "unit" }, p.unit)),
+      el(
+        "tr",
+        p.fault ? { class: "fault" } : {},
+        el("th", {}, p.name),
+        el("td", {}, p.fault ? `fault: ${p.fault}` : p.value === null ? "–" : String(p.value)),
+        el("td", { class: "unit" }, p.unit),
+      ),
     ),
   );
   card.root.hidden = !!filter && !filter.test(a);
@@ -309,7 +362,12 @@ async function loadAudit(before) {
       );
     }),
   );
-  setText(note, body.entries.length === 0 ? "No recorded command matches." : "Newest first. Times are when the journal recorded each command, within journal.auditLagMs of the gateway's decision (the live feed has the decisions' own times). Refusals change nothing and are not recorded here; the live feed shows them.");
+  setText(
+    note,
+    body.entries.length === 0
+      ? "No recorded command matches."
+      : "Newest first. Times are when the journal recorded each command, within journal.auditLagMs of the gateway's decision (the live feed has the decisions' own times). Refusals change nothing and are not recorded here; the live feed shows them.",
+  );
   setText($("audit-page"), `page ${audit.cursors.length + 1}`);
   $("audit-older").disabled = audit.next === null;
   $("audit-newer").disabled = audit.cursors.length === 0;
@@ -356,7 +414,14 @@ function follow() {
     // Refused (too many feeds open) or the gateway went away: say which, try again later.
     source = null;
     load()
-      .then((s) => live(s.streams.open >= s.streams.max ? `live feed refused: ${s.streams.open} of ${s.streams.max} open; retrying` : "live feed lost; retrying", "bad"))
+      .then((s) =>
+        live(
+          s.streams.open >= s.streams.max
+            ? `live feed refused: ${s.streams.open} of ${s.streams.max} open; retrying`
+            : "live feed lost; retrying",
+          "bad",
+        ),
+      )
       .catch(() => live("gateway unreachable; retrying", "bad"));
     setTimeout(follow, 5000);
   };
