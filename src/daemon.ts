@@ -2,6 +2,7 @@
  * The composition root: wires the real adapters (SQLite journal, Modbus buses, MQTT,
  * HTTP) to the shell and the core. Nothing here decides anything.
  */
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { join } from "node:path";
@@ -32,7 +33,7 @@ import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { leadershipConfig } from "./core/leadership.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
-import type { Clock, JournalEntry, Outbox, Scheduler } from "./shell/ports.ts";
+import type { Clock, JournalEntry, Outbox, Random, Scheduler } from "./shell/ports.ts";
 import { MAX_UNSERVED_ACTUATORS, UnservedActuators } from "./shell/unserved.ts";
 import { PACKAGE_ROOT } from "./package-root.ts";
 import { EXIT } from "./exit-codes.ts";
@@ -50,6 +51,8 @@ export const realScheduler: Scheduler = {
   },
   defer: (fn) => setImmediate(fn),
 };
+
+export const platformRandom: Random = { bytes: (n) => randomBytes(n) };
 
 /** How long the start waits for the broker to ask about a gateway with the same id before it touches devices. */
 const PROBE_AT_START_MS = 3000;
@@ -246,6 +249,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
       },
       clock: realClock,
       scheduler: realScheduler,
+      random: platformRandom,
       outbox,
       log,
       actuators: bindings,

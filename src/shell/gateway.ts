@@ -27,7 +27,6 @@
  * retry of such a command a lease error instead of DUPLICATE (or, its outcome lost, DUPLICATE
  * of OUTCOME_UNKNOWN), and the fence's seq under the dead token read lower than it was shown.
  */
-import { randomBytes } from "node:crypto";
 import type { Logger } from "pino";
 import {
   EMPTY_SNAPSHOT,
@@ -52,6 +51,7 @@ import {
   type Journal,
   type JournalEntry,
   type Outbox,
+  type Random,
   type Scheduler,
   type StateView,
 } from "./ports.ts";
@@ -75,6 +75,8 @@ export interface GatewayDeps {
   readonly journal: Journal;
   readonly clock: Clock;
   readonly scheduler: Scheduler;
+  /** Where the lease secrets of authenticated actuators come from. */
+  readonly random: Random;
   readonly outbox: Outbox;
   readonly log: Logger;
   readonly actuators: readonly ActuatorBinding[];
@@ -102,6 +104,9 @@ function badMacMessage(mac: string | null | undefined): string {
     ? "The mac does not match this request under the lease's secret; nothing was changed."
     : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
 }
+
+/** An authenticated lease's secret: 256 bits, as HMAC-SHA256's key length. */
+const SECRET_BYTES = 32;
 
 /**
  * After applied writes, the device is read back once commands to it have paused this long
@@ -838,7 +843,7 @@ export class Gateway {
           return;
         }
         // The secret is drawn here, not in the core: the core stays free of randomness.
-        const secret = rt.binding.authenticated ? randomBytes(32).toString("base64url") : undefined;
+        const secret = rt.binding.authenticated ? Buffer.from(this.deps.random.bytes(SECRET_BYTES)).toString("base64url") : undefined;
         this.now((nowMs) => rt.dispatch({ type: "acquire", nowMs, ref, holder: request.holder, ttlMs: request.ttlMs, secret }));
         return;
       }

@@ -118,6 +118,15 @@ export interface GroupPort {
   stale(reason: string): void;
 }
 
+/**
+ * Randomness as the shell sees it: the lease secrets of authenticated actuators. The daemon's
+ * draws on the platform's; the simulator's is seeded, so a seed replays its secrets too.
+ */
+export interface Random {
+  /** `n` uniformly random bytes. */
+  bytes(n: number): Uint8Array;
+}
+
 /** Time as the shell sees it. Decisions use only the monotonic clock. */
 export interface Clock {
   monotonicMs(): number;

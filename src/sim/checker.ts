@@ -22,7 +22,11 @@
  *  7. expiry policy "safe": at the end of the halt (every controller stopped dead, in half
  *     the seeds the gateway killed with them), an actuator whose newest lease ended other
  *     than by its holder's release (it ran out, or the gateway restarted or revoked it)
- *     was last moved by the gateway's own write, not left at a controller's value.
+ *     was last moved by the gateway's own write, not left at a controller's value;
+ *  8. authenticated actuators: a request signed with its lease's secret is never refused
+ *     BAD_SIGNATURE (every simulated controller signs correctly), and a signed renew or
+ *     release is accepted only with a counter above every one its lease accepted before (a
+ *     duplicated or reordered one is a replay).
  */
 import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
@@ -66,6 +70,8 @@ class ActuatorHistory {
   /** How the newest lease ended, once it has: null while it lives (or before any). */
   endedBy: "release" | "other" | null = null;
   highestReplied = 0;
+  /** The highest counter a signed renew or release of each token was accepted with (rule 8). */
+  readonly signedCounters = new Map<number, number>();
   /** Expiry policy "safe" (rule 7). */
   safe = false;
   // liveness, as controllers saw it
@@ -261,7 +267,17 @@ export class Checker {
       const original = reply.error.original;
       if (code === "DUPLICATE" && original?.ok === true && "outcome" in original)
         this.checkApplied(actuator, h, original.token, original.seq);
+      if (code === "BAD_SIGNATURE")
+        this.violate(`${actuator}: ${JSON.stringify(request)}, signed with its lease's secret, refused BAD_SIGNATURE`);
       return;
+    }
+    if ((request.verb === "lease/renew" || request.verb === "lease/release") && typeof request.counter === "number") {
+      const last = h.signedCounters.get(request.token) ?? 0;
+      if (request.counter <= last)
+        this.violate(
+          `${actuator}: signed ${request.verb} of lease ${request.token} accepted with counter ${request.counter}, not above ${last}: a replay`,
+        );
+      else h.signedCounters.set(request.token, request.counter);
     }
     if ("outcome" in reply) {
       this.counts.applied++;

@@ -3,11 +3,13 @@
  * (retry at ttl/10 after a lost answer, give up once its own reckoning of expiry passes),
  * commands numbered 0, 1, 2, ... under the token, each retried with the same id and
  * (token, seq) after a lost reply, DUPLICATE with an applied original taken as applied, a
- * lease-ending refusal ending the lease. It can pause (a GC pause, a stopped VM): nothing it
+ * lease-ending refusal ending the lease. Under a lease that came with a secret (an authenticated
+ * actuator) it signs its commands, renewals and releases as the client does, each renewal or
+ * release with a counter one above the last. It can pause (a GC pause, a stopped VM): nothing it
  * would have done runs until it resumes, and then it carries on with the token it held.
  */
 import { LEASE_ENDING_CODES } from "fencegate-client";
-import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
+import { sign, type GatewayRequest } from "../../packages/protocol/src/index.ts";
 import type { OutboundReply } from "../shell/ports.ts";
 import { NetLink } from "./network.ts";
 import type { Prng } from "./prng.ts";
@@ -18,6 +20,8 @@ export interface ControllerEnv {
   readonly actuators: readonly string[];
   readonly minTtlMs: number;
   readonly maxTtlMs: number;
+  /** The deadline the gateway applies to a command that gives none: what a signed command's MAC covers. */
+  readonly defaultDeadlineMs: number;
   send(from: Controller, id: string, actuator: string, request: GatewayRequest): void;
   /** True once the quiet tail began: sessions then take the actuators in turn. */
   inTail(): boolean;
@@ -29,6 +33,10 @@ interface Session {
   readonly actuator: string;
   readonly token: number;
   readonly ttlMs: number;
+  /** The lease's secret, on an authenticated actuator. */
+  readonly secret: string | undefined;
+  /** The last counter a signed renew or release of this lease carried. */
+  counter: number;
   /** Own reckoning: when the last successful renewal was sent, plus ttl. */
   expiresAtMs: number;
   nextSeq: number;
@@ -139,6 +147,8 @@ export class Controller {
         actuator,
         token,
         ttlMs: reply.lease.ttlMs,
+        secret: reply.lease.secret,
+        counter: 0,
         expiresAtMs: sentAtMs + reply.lease.ttlMs,
         nextSeq: 0,
         commandsLeft: this.rng.int(1, 6),
@@ -164,33 +174,31 @@ export class Controller {
     const { world } = this.env;
     if (world.nowMs >= session.expiresAtMs) return this.end(session);
     const sentAtMs = world.nowMs;
-    this.request(
-      session.actuator,
-      this.newId(),
-      { verb: "lease/renew", holder: this.holder, token: session.token },
-      this.timeoutMs(),
-      (reply) => {
-        if (session.over) return;
-        if (reply === null) return this.later(Math.max(10, Math.floor(session.ttlMs / 10)), () => this.renew(session));
-        if (!reply.ok) return this.end(session);
-        session.expiresAtMs = sentAtMs + session.ttlMs;
-        this.later(Math.floor(session.ttlMs / 3), () => this.renew(session));
-      },
-    );
+    this.request(session.actuator, this.newId(), this.signedLeaseRequest(session, "lease/renew"), this.timeoutMs(), (reply) => {
+      if (session.over) return;
+      if (reply === null) return this.later(Math.max(10, Math.floor(session.ttlMs / 10)), () => this.renew(session));
+      if (!reply.ok) return this.end(session);
+      session.expiresAtMs = sentAtMs + session.ttlMs;
+      this.later(Math.floor(session.ttlMs / 3), () => this.renew(session));
+    });
   }
 
   private command(session: Session): void {
     if (session.over) return;
     const seq = session.nextSeq++;
     const id = this.newId();
-    const request: GatewayRequest = {
-      verb: "command",
+    const unsigned = {
+      verb: "command" as const,
       holder: this.holder,
       token: session.token,
       seq,
       set: { position: this.rng.int(0, 100) },
       ...(this.rng.chance(0.5) ? { deadlineMs: this.rng.int(20, 400) } : {}),
     };
+    const { secret } = session;
+    const deadlineMs = unsigned.deadlineMs ?? this.env.defaultDeadlineMs;
+    const request: GatewayRequest =
+      secret === undefined ? unsigned : { ...unsigned, mac: sign(secret, { ...unsigned, actuator: session.actuator, deadlineMs }) };
     const sentAtMs = this.env.world.nowMs;
     const attempt = (n: number) =>
       this.request(session.actuator, id, request, this.timeoutMs(), (reply) => {
@@ -230,13 +238,15 @@ export class Controller {
       return;
     }
     // Done: released at once, even with other commands of the window still outstanding.
-    this.request(
-      session.actuator,
-      this.newId(),
-      { verb: "lease/release", holder: this.holder, token: session.token },
-      this.timeoutMs(),
-      () => {},
-    );
+    this.request(session.actuator, this.newId(), this.signedLeaseRequest(session, "lease/release"), this.timeoutMs(), () => {});
     this.end(session);
+  }
+
+  /** A renew or release; under an authenticated lease signed, with the next counter. */
+  private signedLeaseRequest(session: Session, verb: "lease/renew" | "lease/release"): GatewayRequest {
+    const request = { verb, holder: this.holder, token: session.token };
+    if (session.secret === undefined) return request;
+    const counter = ++session.counter;
+    return { ...request, counter, mac: sign(session.secret, { ...request, actuator: session.actuator, counter }) };
   }
 }

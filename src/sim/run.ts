@@ -14,7 +14,7 @@ import type { ActuatorConfig } from "../core/types.ts";
 import { Gateway, type ActuatorBinding } from "../shell/gateway.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { DEFAULT_AUDIT_BOUNDS, type AuditBounds } from "../shell/group-commit.ts";
-import type { Outbox } from "../shell/ports.ts";
+import type { Outbox, Random } from "../shell/ports.ts";
 import { Checker } from "./checker.ts";
 import { Controller, type ControllerEnv } from "./controller.ts";
 import { SimActuator, SimDevicePort, type LineFaults } from "./device.ts";
@@ -105,6 +105,8 @@ const ACTUATORS = [
 const MIN_TTL_MS = 100;
 const MAX_TTL_MS = 600;
 const CHAOS_TICK_MS = 50;
+/** Mixed into the seed for the secrets' stream (any constant: it only has to differ from root's). */
+const SECRETS_STREAM = 0x5ec2e75;
 /** A run that goes wrong must still end: far above what a healthy run needs. */
 const MAX_EVENTS = 200_000;
 
@@ -130,6 +132,11 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
   const rngNet = root.fork();
   const rngLine = root.fork();
   const rngGateway = root.fork();
+  // Seeded apart from root, so drawing here shifts no other component's draws: which actuators
+  // take signed requests only (authenticatedCommands), and their lease secrets.
+  const rngSecrets = new Prng(seed ^ SECRETS_STREAM);
+  const authenticated = new Set(ACTUATORS.filter(() => rngSecrets.chance(0.5)).map((a) => a.id));
+  const random: Random = { bytes: (n) => Uint8Array.from({ length: n }, () => rngSecrets.int(0, 255)) };
   const world = new World(MAX_EVENTS);
   const checker = new Checker(
     () => world.nowMs,
@@ -301,6 +308,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
         fenced: unit.profile === "fenced",
         pollIntervalMs: 200,
         defaultDeadlineMs,
+        authenticated: authenticated.has(unit.id),
       };
     });
     const gateway = new Gateway(
@@ -309,6 +317,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
         journal,
         clock: world.clock,
         scheduler: world.schedulerFor(alive),
+        random,
         outbox,
         log: silentLog,
         actuators: bindings,
@@ -337,6 +346,7 @@ export async function runSeed(seed: number, options: SimOptions = {}): Promise<S
     actuators: ACTUATORS.map((a) => a.id),
     minTtlMs: MIN_TTL_MS,
     maxTtlMs: MAX_TTL_MS,
+    defaultDeadlineMs,
     send: (from, id, actuator, request) =>
       network.send(from.link, () => {
         const p = current;

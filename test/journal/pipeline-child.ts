@@ -18,7 +18,7 @@
 import fs from "node:fs";
 import pino from "pino";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { realClock, realScheduler } from "../../src/daemon.ts";
+import { platformRandom, realClock, realScheduler } from "../../src/daemon.ts";
 import { Gateway } from "../../src/shell/gateway.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { DEFAULT_AUDIT_BOUNDS } from "../../src/shell/group-commit.ts";
@@ -53,6 +53,7 @@ const gateway = new Gateway(
     journal,
     clock: realClock,
     scheduler: realScheduler,
+    random: platformRandom,
     outbox: { reply: (ref, reply) => waiting.get(ref)?.(reply), event: () => {}, state: () => {} },
     log: pino({ level: "silent" }),
     actuators: [

@@ -38,6 +38,7 @@ function setup(options: { refusalSummaryMs?: number } = {}) {
       gatewayId: "test",
       journal,
       clock: { monotonicMs: () => performance.now(), wallNow: () => new Date() },
+      random: { bytes: (n) => new Uint8Array(n) }, // no authenticated actuator here: no secret is drawn
       scheduler: {
         at: (atMs, fn) => {
           const timer = setTimeout(fn, Math.max(0, atMs - performance.now()));

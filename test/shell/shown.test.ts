@@ -41,6 +41,7 @@ function setup(queueLimit = 10_000, ids: readonly string[] = [A]) {
       gatewayId: "test",
       journal,
       clock: { monotonicMs: () => nowMs, wallNow: () => new Date(nowMs) },
+      random: { bytes: (n) => new Uint8Array(n) }, // no authenticated actuator here: no secret is drawn
       scheduler: {
         at: (atMs, fn) => {
           const timer = setTimeout(fn, atMs - nowMs);
