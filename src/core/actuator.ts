@@ -27,6 +27,7 @@ import type {
   ReplyRef,
   StepResult,
 } from "./types.ts";
+import { checkSignature } from "./signed.ts";
 
 /** The holder name of the gateway's own safe-value writes; not a valid controller holder id. */
 export const GATEWAY_HOLDER = "@gateway";
@@ -126,13 +127,13 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
       acquire(s, input.ref, input.holder, input.ttlMs, input.secret);
       break;
     case "renew":
-      renew(s, input.ref, input.holder, input.token);
+      if (admitted(s, input)) renew(s, input.ref, input.holder, input.token);
       break;
     case "release":
-      release(s, input.ref, input.holder, input.token);
+      if (admitted(s, input)) release(s, input.ref, input.holder, input.token);
       break;
     case "command":
-      arrive(s, input);
+      if (admitted(s, input)) arrive(s, input);
       break;
     case "deviceResult":
       deviceResult(s, input.token, input.seq, input.outcome);
@@ -324,6 +325,25 @@ function checkLeaseToken(s: Step, holder: string, token: number): ErrorBody | Le
 
 function unknownToken(s: Step, token: number): ErrorBody {
   return leaseError(s, "UNKNOWN_TOKEN", `Token ${token} was never granted for this actuator (highest is ${s.state.highestGranted}).`);
+}
+
+/**
+ * What is refused before a renew, release or command is looked at: under an authenticated
+ * lease a wrong or missing MAC, or a replayed counter (signed.ts); then a command the journal
+ * is too far behind to take. These rank ahead of every refusal of the lease checks.
+ */
+function admitted(s: Step, input: Extract<Input, { type: "renew" | "release" | "command" }>): boolean {
+  const signed = checkSignature(s.state.lease, input);
+  if ("error" in signed) {
+    s.refuse(input.ref, signed.error, { holder: input.holder, token: input.token });
+    return false;
+  }
+  if (signed.lease !== s.state.lease) s.set({ lease: signed.lease });
+  if (input.type === "command" && input.journalBehind !== undefined) {
+    s.refuse(input.ref, { code: "OVERLOADED", message: input.journalBehind }, input);
+    return false;
+  }
+  return true;
 }
 
 function isError(x: ErrorBody | Lease): x is ErrorBody {

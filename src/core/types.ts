@@ -11,6 +11,19 @@ export interface Lease {
   readonly expiresAtMs: number;
   /** Authenticated actuators: the per-lease MAC key, handed out with the grant only. */
   readonly secret?: string;
+  /** Authenticated actuators: the highest counter a signed renew or release of this lease carried. */
+  readonly counter?: number;
+}
+
+/**
+ * What a request under an authenticated lease carries besides its fields
+ * (packages/protocol/src/signature.ts): its MAC, the actuator id the MAC covers, and for a
+ * renew or release its counter.
+ */
+export interface Signature {
+  readonly actuator: string;
+  readonly mac: string | null;
+  readonly counter?: number | null;
 }
 
 export type { PointValues };
@@ -173,8 +186,20 @@ export type Input =
       /** Authenticated actuators: a fresh random secret from the shell, kept if granted. */
       readonly secret?: string | undefined;
     })
-  | (Timed & { readonly type: "renew"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
-  | (Timed & { readonly type: "release"; readonly ref: ReplyRef; readonly holder: string; readonly token: number })
+  | (Timed & {
+      readonly type: "renew";
+      readonly ref: ReplyRef;
+      readonly holder: string;
+      readonly token: number;
+      readonly signature?: Signature;
+    })
+  | (Timed & {
+      readonly type: "release";
+      readonly ref: ReplyRef;
+      readonly holder: string;
+      readonly token: number;
+      readonly signature?: Signature;
+    })
   | (Timed & {
       readonly type: "command";
       readonly ref: ReplyRef;
@@ -183,6 +208,9 @@ export type Input =
       readonly seq: number;
       readonly set: PointValues;
       readonly deadlineMs: number;
+      readonly signature?: Signature;
+      /** Set when the journal is too far behind to take this command's records: why, for the OVERLOADED refusal. */
+      readonly journalBehind?: string | undefined;
     })
   | (Timed & { readonly type: "deviceResult"; readonly token: number; readonly seq: number; readonly outcome: Outcome })
   | (Timed & { readonly type: "tick" })

@@ -38,7 +38,7 @@ import {
   viewLease,
   type DurableSnapshot,
 } from "../core/actuator.ts";
-import { type GatewayRequest, verify } from "../../packages/protocol/src/index.ts";
+import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import {
@@ -97,12 +97,6 @@ export interface GatewayDeps {
   readonly group?: GroupPort;
   /** How often refusals are summarised in the log; default REFUSAL_SUMMARY_MS. */
   readonly refusalSummaryMs?: number;
-}
-
-function badMacMessage(mac: string | null | undefined): string {
-  return mac
-    ? "The mac does not match this request under the lease's secret; nothing was changed."
-    : "This actuator takes only requests signed with the lease's secret (mac); nothing was changed.";
 }
 
 /** An authenticated lease's secret: 256 bits, as HMAC-SHA256's key length. */
@@ -180,11 +174,6 @@ class ActuatorRuntime {
   /** Monotonic time the device last answered a read of its points; null: not yet. */
   private pointsReadAtMs: number | null = null;
   fenceKnown: boolean;
-  /**
-   * Authenticated actuators: the highest counter of a signed renew or release accepted under
-   * `token` (in memory: every lease ends at restart). A request at or below it is a replay.
-   */
-  signedCounter: { readonly token: number; readonly counter: number } | null = null;
   /** Gateway group: taken over in this term (the group's token and the device's fence raised). */
   secured = false;
   private securing: Promise<boolean> | null = null;
@@ -848,16 +837,20 @@ export class Gateway {
         return;
       }
     }
-    if (!this.signatureOk(rt, ref, request)) return;
+    const signature = {
+      actuator: rt.id,
+      mac: request.mac ?? null,
+      ...(request.verb === "command" ? {} : { counter: request.counter ?? null }),
+    };
     switch (request.verb) {
       case "lease/renew":
-        this.now((nowMs) => rt.dispatch({ type: "renew", nowMs, ref, holder: request.holder, token: request.token }));
+        this.now((nowMs) => rt.dispatch({ type: "renew", nowMs, ref, holder: request.holder, token: request.token, signature }));
         return;
       case "lease/release":
-        this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token }));
+        this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token, signature }));
         return;
-      case "command":
-        if (this.committer.saturatedFor(rt.id)) return this.refuseJournalBehind(rt, ref, request);
+      case "command": {
+        const journalBehind = this.committer.saturatedFor(rt.id) ? this.journalBehindMessage(rt) : undefined;
         this.now((nowMs) =>
           rt.dispatch({
             type: "command",
@@ -868,84 +861,19 @@ export class Gateway {
             seq: request.seq,
             set: request.set,
             deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs,
+            signature,
+            journalBehind,
           }),
         );
         return;
+      }
     }
   }
-  /** A command refused OVERLOADED, unsent: the journal is too far behind (this actuator's share of it, or all of it). */
-  private refuseJournalBehind(rt: ActuatorRuntime, ref: number, request: Extract<GatewayRequest, { verb: "command" }>): void {
+  /** Why a command is refused OVERLOADED, unsent: the journal is too far behind (this actuator's share of it, or all of it). */
+  private journalBehindMessage(rt: ActuatorRuntime): string {
     const { records } = this.committer.backlog();
     const mine = this.committer.saturated ? "" : ` (${this.committer.backlogOf(rt.id)} of them this actuator's, its share)`;
-    this.deps.outbox.reply(ref, {
-      ok: false,
-      error: {
-        code: "OVERLOADED",
-        message: `The journal is ${records} records behind${mine} (the disk is slower than the commands); the command was not sent. Retry shortly.`,
-      },
-    });
-    this.publishEvent(rt.id, {
-      type: "rejected",
-      holder: request.holder,
-      token: request.token,
-      seq: request.seq,
-      code: "OVERLOADED",
-    });
-  }
-
-  /**
-   * Authenticated actuators: a request under the live lease's token must carry the MAC of
-   * its fields keyed with that lease's secret, checked before anything reaches the core; a
-   * renew or release also a counter above the last one the lease accepted, or it is a
-   * replay (a command's replay is already refused by its (token, seq)). Requests under any
-   * other token cannot be verified (that secret is gone) and go on to the core, which
-   * refuses them without effect.
-   */
-  private signatureOk(rt: ActuatorRuntime, ref: number, request: Exclude<GatewayRequest, { verb: "read" | "lease/acquire" }>): boolean {
-    const lease = rt.state.lease;
-    if (
-      !rt.binding.authenticated ||
-      lease?.secret === undefined ||
-      lease.token !== request.token ||
-      !isLive(lease, this.deps.clock.monotonicMs())
-    )
-      return true;
-    const refuse = (code: "BAD_SIGNATURE" | "REPLAYED_REQUEST", message: string) => {
-      this.deps.outbox.reply(ref, { ok: false, error: { code, message } });
-      this.publishEvent(rt.id, { type: "rejected", holder: request.holder, token: request.token, code });
-      return false;
-    };
-    if (request.verb === "command") {
-      const deadlineMs = request.deadlineMs ?? rt.binding.defaultDeadlineMs;
-      const fields = {
-        verb: request.verb,
-        actuator: rt.id,
-        holder: request.holder,
-        token: request.token,
-        seq: request.seq,
-        set: request.set,
-        deadlineMs,
-      };
-      return verify(lease.secret, fields, request.mac) || refuse("BAD_SIGNATURE", badMacMessage(request.mac));
-    }
-    const counter = request.counter ?? null;
-    if (counter === null) {
-      return refuse(
-        "BAD_SIGNATURE",
-        `A signed ${request.verb} must carry counter, above the counter of the lease's previous signed renew or release; nothing was changed.`,
-      );
-    }
-    const fields = { verb: request.verb, actuator: rt.id, holder: request.holder, token: request.token, counter };
-    if (!verify(lease.secret, fields, request.mac)) return refuse("BAD_SIGNATURE", badMacMessage(request.mac));
-    const last = rt.signedCounter?.token === request.token ? rt.signedCounter.counter : 0;
-    if (counter <= last) {
-      return refuse(
-        "REPLAYED_REQUEST",
-        `This ${request.verb} carries counter ${counter}, not above ${last}, the lease's last: a replayed request changes nothing. Sign each renew and release with a higher counter.`,
-      );
-    }
-    rt.signedCounter = { token: request.token, counter };
-    return true;
+    return `The journal is ${records} records behind${mine} (the disk is slower than the commands); the command was not sent. Retry shortly.`;
   }
 
   /** The bus's report on an actuator's unit: answering or not, and why not. */

@@ -61,12 +61,18 @@ describe("request signature (authenticated actuators)", () => {
   });
 });
 
+/** The signature a renew of holder A's lease `token` on valve-1 carries, keyed with `secret`. */
+function signedRenew(secret: string, counter: number, token = 1) {
+  const fields = { verb: "lease/renew", actuator: "valve-1", holder: "A", token, counter } as const;
+  return { actuator: "valve-1", mac: sign(secret, fields), counter };
+}
+
 describe("authenticated leases in the core", () => {
   it("hands the secret out with the grant only", () => {
     const d = new CoreDriver();
     const reply = d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" }).reply;
     expect(reply).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 1000, secret: "k1" } });
-    const renewed = d.request({ type: "renew", ref: 2, holder: "A", token: 1 }).reply;
+    const renewed = d.request({ type: "renew", ref: 2, holder: "A", token: 1, signature: signedRenew("k1", 1) }).reply;
     expect(renewed).toEqual({ ok: true, lease: { holder: "A", token: 1, ttlMs: 1000 } });
     expect(d.log.filter((e) => e.kind === "event").every((e) => !JSON.stringify(e).includes("k1"))).toBe(true);
     expect(d.log.filter((e) => e.kind === "persist").every((e) => !JSON.stringify(e).includes("k1"))).toBe(true);
@@ -88,5 +94,51 @@ describe("authenticated leases in the core", () => {
       ok: true,
       lease: { token: 2, secret: "k2" },
     });
+  });
+
+  it("refuses a renew of the lease without its MAC BAD_SIGNATURE, and the lease keeps its expiry", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    const expiresAtMs = d.state.lease!.expiresAtMs;
+    d.advance(500);
+    expect(codeOf(d.request({ type: "renew", ref: 2, holder: "A", token: 1 }).reply)).toBe("BAD_SIGNATURE");
+    expect(codeOf(d.request({ type: "renew", ref: 3, holder: "A", token: 1, signature: signedRenew("k2", 1) }).reply)).toBe(
+      "BAD_SIGNATURE",
+    );
+    expect(d.state.lease!.expiresAtMs).toBe(expiresAtMs);
+  });
+
+  it("refuses a signed renew whose counter is not above the lease's last REPLAYED_REQUEST; gaps are fine", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    expect(d.request({ type: "renew", ref: 2, holder: "A", token: 1, signature: signedRenew("k1", 5) }).reply).toMatchObject({ ok: true });
+    for (const counter of [5, 4]) {
+      expect(codeOf(d.request({ type: "renew", ref: 3, holder: "A", token: 1, signature: signedRenew("k1", counter) }).reply)).toBe(
+        "REPLAYED_REQUEST",
+      );
+    }
+    expect(d.request({ type: "renew", ref: 4, holder: "A", token: 1, signature: signedRenew("k1", 9) }).reply).toMatchObject({ ok: true });
+  });
+
+  it("lets a request for another token through to the lease checks: its secret is gone", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    d.advance(1000);
+    d.request({ type: "acquire", ref: 2, holder: "B", ttlMs: 1000, secret: "k2" });
+    expect(codeOf(d.request({ type: "renew", ref: 3, holder: "A", token: 1 }).reply)).toBe("STALE_TOKEN");
+  });
+
+  it("refuses a command the journal is too far behind for OVERLOADED, after the signature and before the lease checks", () => {
+    const d = new CoreDriver();
+    d.request({ type: "acquire", ref: 1, holder: "A", ttlMs: 1000, secret: "k1" });
+    const command = { type: "command", ref: 2, holder: "A", token: 1, seq: 1, set: { position: 1 }, deadlineMs: 1000 } as const;
+    const mac = sign("k1", { verb: "command", actuator: "valve-1", holder: "A", token: 1, seq: 1, set: { position: 1 }, deadlineMs: 1000 });
+    const journalBehind = "The journal is 9 records behind.";
+    expect(codeOf(d.request({ ...command, journalBehind }).reply)).toBe("BAD_SIGNATURE");
+    expect(d.request({ ...command, signature: { actuator: "valve-1", mac }, journalBehind }).reply).toEqual({
+      ok: false,
+      error: { code: "OVERLOADED", message: journalBehind },
+    });
+    expect(codeOf(d.request({ ...command, token: 9, journalBehind }).reply)).toBe("OVERLOADED");
   });
 });

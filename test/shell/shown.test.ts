@@ -135,6 +135,7 @@ describe("what the shell shows, and when", () => {
     await turn();
     expect(gateway.committer.backlog().records).toBe(3); // two of the first command, the intent of the second
     gateway.submit(A, 4, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
+    await turn(); // the refusal is the core's: it comes out of the actuator's step
     expect(replies.get(4)).toMatchObject({
       ok: false,
       error: { code: "OVERLOADED", message: expect.stringMatching(/journal is 3 records behind/) },
@@ -166,6 +167,7 @@ describe("what the shell shows, and when", () => {
     }
     expect(gateway.committer.backlogOf(A)).toBe(4);
     gateway.submit(A, 5, { verb: "command", holder: "line-a", token: 1, seq: 3, set: { position: 3 } });
+    await turn();
     expect(replies.get(5)).toMatchObject({
       ok: false,
       error: {

@@ -121,3 +121,18 @@ export function grantReplyBeforeDurableStep(config: ActuatorConfig, state: Actua
     ],
   };
 }
+
+/** Bug (i): the core forgets an authenticated lease's counter, so a replayed renew or release passes. */
+export function forgetfulCounterStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  const lease = state.lease === null ? null : { ...state.lease, counter: undefined };
+  return step(config, { ...state, lease }, input);
+}
+
+/** Bug (j): the MAC checked over something other than what the controller signed (here its last hex digit flipped). */
+export function wrongMacFieldsStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
+  if (input.type !== "renew" && input.type !== "release" && input.type !== "command") return step(config, state, input);
+  const mac = input.signature?.mac;
+  if (typeof mac !== "string") return step(config, state, input);
+  const flipped = mac.slice(0, -1) + (mac.endsWith("0") ? "1" : "0");
+  return step(config, state, { ...input, signature: { ...input.signature!, mac: flipped } });
+}

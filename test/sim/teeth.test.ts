@@ -7,6 +7,7 @@ import type { step } from "../../src/core/actuator.ts";
 import { runSeed } from "../../src/sim/run.ts";
 import {
   arrivalOnlyStep,
+  forgetfulCounterStep,
   grantAfterWriteStep,
   grantReplyBeforeDurableStep,
   restartWithoutSafeWriteStep,
@@ -14,6 +15,7 @@ import {
   stealingAcquireStep,
   unconfirmedAppliedStep,
   unjournaledGrantStep,
+  wrongMacFieldsStep,
 } from "./broken-steps.ts";
 
 const MAX_SEEDS = 200;
@@ -79,6 +81,18 @@ describe("the simulator's checker catches a broken acceptance rule", () => {
     // lost), and the restarted gateway hands the same token out again.
     const twice = await firstViolation(grantReplyBeforeDurableStep, /token (\d+) granted to \S+ after token \1 \(granted twice/);
     expect(twice, `no token granted twice in ${MAX_SEEDS} seeds`).not.toBeNull();
+  });
+
+  it("(i) an authenticated lease's replay counter forgotten: a duplicated signed renew passes", async () => {
+    const found = await firstViolation(forgetfulCounterStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/signed lease\/(renew|release) of lease \d+ accepted with counter \d+, not above \d+: a replay/);
+  });
+
+  it("(j) the MAC checked over other fields than the controller signed", async () => {
+    const found = await firstViolation(wrongMacFieldsStep);
+    expect(found, `no violation in ${MAX_SEEDS} seeds`).not.toBeNull();
+    expect(found!.violation).toMatch(/signed with its lease's secret, refused BAD_SIGNATURE/);
   });
 });
 

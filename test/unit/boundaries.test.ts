@@ -94,7 +94,8 @@ function breaks({ file, target, names }: Import): string | undefined {
     return "adapters import only the shell's ports";
   if (under(file, "src/adapters") && target === "src/config/schema.ts") return "adapters take options, not the config schema";
   if (under(file, "src/shell") && under(target, "src/adapters")) return "the shell is handed adapters, it never imports them";
-  if (under(file, "src/shell") && target === "node:crypto") return "the shell draws random bytes through its Random port, so the simulator seeds them";
+  if (under(file, "src/shell") && target === "node:crypto")
+    return "the shell draws random bytes through its Random port, so the simulator seeds them";
   if (under(file, "packages") && under(target, "src")) return "packages never reach into src/";
   return undefined;
 }
