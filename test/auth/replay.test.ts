@@ -1,5 +1,5 @@
 /**
- * Replayed signed requests (issue 12, finding 9), end to end: the real daemon with an
+ * Replayed signed requests, end to end: the real daemon with an
  * authenticated valve, a real Mosquitto, the simulated actuator. One captured signed renew,
  * replayed every 1.2 s, kept a dead holder's 2 s lease alive (and postponed its safe
  * expiry) for as long as the replays went on. Renew and release now carry a counter under

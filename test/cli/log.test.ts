@@ -2,7 +2,7 @@
  * `fencegate log` against the journal of a real daemon (real Mosquitto, the simulated
  * valves over Modbus TCP), read while the daemon keeps committing: the reader never blocks
  * a commit, never sees a torn state, and the journal is whole afterwards. Commands' records
- * reach the journal within the audit lag (issue 14): a test reads the trail once the
+ * reach the journal within the audit lag: a test reads the trail once the
  * daemon's /metrics says nothing is waiting for a commit.
  */
 import { execFile } from "node:child_process";

@@ -94,7 +94,7 @@ describe("cross-field checks", () => {
     });
   });
 
-  it("two buses on one Modbus TCP endpoint may not have an actuator on the same unit (finding 5), naming both places", () => {
+  it("two buses on one Modbus TCP endpoint may not have an actuator on the same unit, naming both places", () => {
     const c = minimalConfig();
     c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
     c.actuators[0].bus = "a";

@@ -1,6 +1,6 @@
 /**
  * Configuration refused where it would make the gateway report what did not happen or wait
- * past its deadlines (issue 18: items 7 and 9, and "also check"): scales that overflow a
+ * past its deadlines: scales that overflow a
  * point, metrics beyond loopback without an explicit choice, bus timeouts longer than the
  * deadlines they serve, and the write function per actuator.
  */
@@ -10,7 +10,7 @@ import { isLoopbackHost } from "../../src/config/schema.ts";
 import { minimalConfig } from "./fixture.ts";
 import { onlyProblem, pathsOf, problemsOf } from "./helpers.ts";
 
-describe("point scales (issue 18 item 7)", () => {
+describe("point scales", () => {
   it("refuses scale 1e300 on a u32: its range times the scale is not a finite number", () => {
     const c = minimalConfig();
     c.actuators[0].points.total = { register: 102, type: "u32", scale: 1e300 };
@@ -33,7 +33,7 @@ describe("point scales (issue 18 item 7)", () => {
   });
 });
 
-describe("the metrics listener (issue 18 item 9)", () => {
+describe("the metrics listener", () => {
   it.each(["127.0.0.1", "127.0.0.53", "::1", "localhost"])("%s is loopback", (host) => {
     expect(isLoopbackHost(host)).toBe(true);
   });
@@ -50,7 +50,7 @@ describe("the metrics listener (issue 18 item 9)", () => {
     expect(problem.message).toMatch(/without authentication.*allowNonLoopback: true/);
   });
 
-  // Adapted (issue 15): the status page, on by default on this port, needs credentials
+  // Adapted: the status page, on by default on this port, needs credentials
   // beyond loopback; allowNonLoopback alone serves /metrics and /healthz with the page off.
   it("takes another address with allowNonLoopback: true", () => {
     const c = minimalConfig();
@@ -65,7 +65,7 @@ describe("the metrics listener (issue 18 item 9)", () => {
   });
 });
 
-describe("bus timeouts against the deadlines they serve (issue 18, also check)", () => {
+describe("bus timeouts against the deadlines they serve", () => {
   it("refuses timeoutMs 60000 with defaultDeadlineMs 10", () => {
     const c = minimalConfig();
     c.buses.plc.timeoutMs = 60_000;
@@ -100,7 +100,7 @@ describe("bus timeouts against the deadlines they serve (issue 18, also check)",
   });
 });
 
-describe("the write function (issue 18, also check)", () => {
+describe("the write function", () => {
   it("a plain actuator may write with FC06", () => {
     const c = minimalConfig();
     c.actuators[1].writeFunction = "fc06";

@@ -456,7 +456,7 @@ describe("expiry policy 'safe'", () => {
     expect(d.state.fence).toEqual({ token: 2, seq: 6 });
   });
 
-  it("keeps the safe write owed while the link is down, without waking, and sends it when the link is back (finding 1a)", () => {
+  it("keeps the safe write owed while the link is down, without waking, and sends it when the link is back", () => {
     const d = expiredAt80(false);
     expect(d.state.safeWrite).toMatchObject({ token: 2, attempts: 0 });
     expect(nextWakeMs(d.state)).toBeNull(); // nothing can be sent: no busy ticking
@@ -532,7 +532,7 @@ describe("expiry policy 'safe'", () => {
 });
 
 describe("restart", () => {
-  it("ends the newest lease with an expired event and owes the safe write, sent once the link is up (finding 1b)", () => {
+  it("ends the newest lease with an expired event and owes the safe write, sent once the link is up", () => {
     const d = new CoreDriver(SAFE);
     d.acquire("A", 60_000);
     d.command("A", 1, 0, { position: 60 });

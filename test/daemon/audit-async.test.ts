@@ -1,5 +1,5 @@
 /**
- * Issue 14 with real parts: the real daemon, real Mosquitto, the simulated fenced valve, the
+ * Commands that never wait for the disk, with real parts: the real daemon, real Mosquitto, the simulated fenced valve, the
  * real SQLite journal on disk, real process kills. A command's intent and outcome are an
  * asynchronous audit trail; grants stay durable before their reply.
  *

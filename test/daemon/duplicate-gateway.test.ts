@@ -1,5 +1,5 @@
 /**
- * Finding 12 of the adversarial review: two daemons with the same gatewayId (both copied
+ * Two daemons with the same gatewayId (both copied
  * from one configuration) kept taking each other's MQTT client id, both logged "broker
  * unreachable", both answered for the same actuators; neither the daemon nor doctor
  * noticed. Real daemons, real Mosquitto (which disconnects the older connection when a
@@ -32,7 +32,7 @@ function copiedInstallation(): { dir: string; config: Record<string, unknown>; f
   return { dir, config, file };
 }
 
-describe("finding 12: a second gateway with the same gatewayId is detected and refused", () => {
+describe("a second gateway with the same gatewayId is detected and refused", () => {
   it("a newcomer asks before it takes the client id: exit 78 with a sentence naming the id; the running one keeps serving", async () => {
     const copy = copiedInstallation();
     const second = teardown.add(DaemonProcess.start(copy.dir, copy.config), (d) => d.kill("SIGKILL"));

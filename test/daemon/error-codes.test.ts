@@ -358,9 +358,9 @@ describe("DEVICE_UNAVAILABLE", () => {
   it("is returned once the unit is reported offline, and nothing is sent", async () => {
     const { n, before } = await valve2Lease();
     sim.mute(true, 2);
-    // Each read is one poll that times out; after two the bus reports the unit offline. (Since
-    // issue 12, finding 10, each such read's reply already says offline: the device did not
-    // answer it. So read twice, not until the first offline reply.)
+    // Each read is one poll that times out; after two the bus reports the unit offline. (Each
+    // such read's reply already says offline: the device did not answer it. So read twice,
+    // not until the first offline reply.)
     let state = await gatewayState("valve-2");
     expect(state.online).toBe(false);
     state = await gatewayState("valve-2");
@@ -423,7 +423,7 @@ describe("DEVICE_REJECTED", () => {
 });
 
 describe("DEVICE_ERROR", () => {
-  // 0x06 (busy): an exception that means "not done". 0x04 was used here until issue 18: a
+  // 0x06 (busy): an exception that means "not done". 0x04 was used here once: a
   // device failure while acting leaves the effect uncertain, so it is OUTCOME_UNKNOWN now.
   it("carries the device's Modbus exception code, and the device did not act", async () => {
     const { n, before } = await valve2Lease();

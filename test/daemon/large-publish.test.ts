@@ -1,5 +1,5 @@
 /**
- * One huge publish to a request topic (issue 12, finding 7): 200 MB to B/A/read took the
+ * One huge publish to a request topic: 200 MB to B/A/read took the
  * daemon from 99 to 492 MB resident, over the unit's MemoryMax of 256 MB, because mqtt.js
  * buffers a packet whole before the gateway sees it. The real daemon, a real Mosquitto
  * that lets the packet through (no max_packet_size), the simulated valve; 60 MB published,
@@ -64,7 +64,7 @@ describe.each([
       c.endAsync(true),
     );
     await publisher.publishAsync("fencegate/valve-1/read", Buffer.alloc(HUGE_BYTES, 0x7b), { qos: 1 });
-    // Dropped by the packet guard, unread; or (as before issue 12) buffered whole by mqtt.js
+    // Dropped by the packet guard, unread; or (as before the packet guard) buffered whole by mqtt.js
     // and only then found too large by the request parser.
     const dropped = await stack.daemon.waitForLog(
       (l) => l.msg === "an MQTT packet over the size limit was dropped unread" || l.cause === "TOO_LARGE",

@@ -1,5 +1,5 @@
 /**
- * Finding 3 of the adversarial review: a vanished -wal silently re-issued tokens. Real
+ * A vanished -wal silently re-issued tokens. Real
  * daemon, real Mosquitto, the simulated *plain* valve (no fence of its own to save it),
  * the real journal on disk: five grants, SIGKILL, `journal.db-wal` deleted, restart. The
  * daemon must refuse (exit 74, a sentence naming what is lost and the command to run);
@@ -21,7 +21,7 @@ beforeAll(async () => {
 });
 afterAll(() => teardown.run());
 
-describe("finding 3: a journal that lost committed history is refused, and recovered above every token", () => {
+describe("a journal that lost committed history is refused, and recovered above every token", () => {
   it("five grants, SIGKILL, the -wal deleted: exit 74 with a sentence; journal recover; the next grant is above all five", async () => {
     const tokens: number[] = [];
     for (let i = 0; i < 5; i++) {

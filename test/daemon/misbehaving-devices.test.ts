@@ -1,8 +1,7 @@
 /**
  * The real daemon, real Mosquitto, and a misbehaving Modbus slave (Modbus TCP on loopback,
  * Modbus RTU on a socat pty): what controllers, the retained state, `fencegate read`, the
- * log, /metrics and /healthz say when a device misbehaves (issue 18 items 1, 2, 3, 6, 7,
- * 8, 9). Each scenario starts its own slave and daemon.
+ * log, /metrics and /healthz say when a device misbehaves. Each scenario starts its own slave and daemon.
  */
 import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -349,7 +348,7 @@ describe("item 9: the metrics listener beyond loopback", () => {
   });
 
   it("with metrics.allowNonLoopback: true it listens there, and the log warns", async () => {
-    // The status page (issue 15) needs credentials beyond loopback: off here, as the premise is "no authentication".
+    // The status page needs credentials beyond loopback: off here, as the premise is "no authentication".
     const { daemon, metricsPort: port } = await start({
       edit: (c) => (c.metrics = { ...c.metrics, host: "0.0.0.0", allowNonLoopback: true, statusPage: { enabled: false } }),
     });

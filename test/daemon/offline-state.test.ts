@@ -1,5 +1,5 @@
 /**
- * Finding 11 of the adversarial review: after a clean stop the retained state still said
+ * After a clean stop the retained state still said
  * `online: true` with a live lease, and `fencegate status` and `watch` showed a dead gateway
  * as online. Real daemon, real Mosquitto, the simulated valve; the CLI and the client library
  * as a controller would run them.
@@ -32,7 +32,7 @@ async function leased(): Promise<void> {
   expect(safeJson(before.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" }, gateway: "test" });
 }
 
-describe("finding 11: a stopped or crashed gateway's actuators read as offline, with no lease", () => {
+describe("a stopped or crashed gateway's actuators read as offline, with no lease", () => {
   it("a clean stop leaves every retained state offline with no lease, naming the gateway", async () => {
     await leased();
     expect(await world.daemon.kill("SIGTERM")).toEqual({ code: 0, signal: null });

@@ -1,5 +1,5 @@
 /**
- * A read flood on one slow actuator (issue 12, finding 8): the real daemon, a real
+ * A read flood on one slow actuator: the real daemon, a real
  * Mosquitto, two simulated fenced valves on two buses, valve-a's device answering each
  * transaction in 400 ms. Reads of valve-a have a budget of their own: beyond it they are
  * refused OVERLOADED, but lease requests and commands (of valve-a, or of any other actuator)

@@ -1,5 +1,5 @@
 /**
- * `read` while the device does not answer (issue 12, finding 10): the real daemon, a real
+ * `read` while the device does not answer: the real daemon, a real
  * Mosquitto, the simulated fenced valve muted. The read's poll fails; the reply must say
  * so (online false, and how old the points are) instead of passing the last points off as
  * a fresh, online state. No periodic poll runs, so only the read's own poll meets the mute

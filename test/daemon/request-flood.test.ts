@@ -1,5 +1,5 @@
 /**
- * A client with no lease floods one actuator's request topics (issue 22, item 4): the real
+ * A client with no lease floods one actuator's request topics: the real
  * daemon and a real Mosquitto, one fenced valve. Lease requests and commands from anyone but
  * the live holder have a budget of their own, so the holder's renewals and commands are
  * never refused for the flood; the refusals are counted in /metrics and summarised in the

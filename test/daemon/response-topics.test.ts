@@ -1,6 +1,5 @@
 /**
- * Response topics chosen by a hostile or careless requester (issue 12, finding 6 and the
- * "Also" note), against the real daemon, a real Mosquitto and the simulated actuators:
+ * Response topics chosen by a hostile or careless requester, against the real daemon, a real Mosquitto and the simulated actuators:
  * a topic the broker would refuse is refused as INVALID_REQUEST before anything is
  * published there, so the gateway stays connected and other leases keep renewing; a topic
  * of the gateway's own is refused too; and a reply whose publish got the gateway cut off is

@@ -1,5 +1,5 @@
 /**
- * Finding 1 of the adversarial review: the `safe` expiry policy silently skipped. Real
+ * The `safe` expiry policy silently skipped. Real
  * Mosquitto, the real daemon, the simulated fenced valve over Modbus TCP, a real SIGKILL.
  *
  * (a) the device is unreachable when the lease expires: the safe write is owed (the retained
@@ -49,7 +49,7 @@ async function leaseAndMove(ttlMs: number, position: number): Promise<number> {
   return token;
 }
 
-describe("finding 1: the safe expiry policy is carried out, whatever ends the lease", () => {
+describe("the safe expiry policy is carried out, whatever ends the lease", () => {
   it("(a) device unreachable at expiry: the safe write is owed in the state and retried until the device confirms it", async () => {
     const token = await leaseAndMove(1000, 50);
     const from = watcher.mark();

@@ -1,5 +1,5 @@
 /**
- * Finding 4 of the adversarial review: published state and `read` replies ran ahead of the
+ * Published state and `read` replies ran ahead of the
  * journal. With every fdatasync held back 1.5 s (bench/slow-disk.mjs in the real daemon),
  * a grant's record is on its way to the disk for that long; meanwhile a `read` reply and the
  * states a poll publishes must not show the new lease or token, because a crash in that
@@ -37,7 +37,7 @@ afterAll(() => teardown.run());
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe("finding 4: nothing published or replied shows a decision before it is durable", () => {
+describe("nothing published or replied shows a decision before it is durable", () => {
   it("while a grant's commit is held back, a read reply and the polled state show no lease and the old fence", async () => {
     const from = watcher.mark();
     const granting = ctl.acquire(A, 30_000).then((reply) => ({ reply, at: watcher.mark() }));

@@ -156,7 +156,7 @@ describe("a broken setup", () => {
     ]);
   });
 
-  it("two buses on one Modbus TCP endpoint, an actuator on unit 1 of each (finding 5): refused, both named", async () => {
+  it("two buses on one Modbus TCP endpoint, an actuator on unit 1 of each: refused, both named", async () => {
     const findings = await runDoctor(
       writeConfig((c) => {
         c.buses = { a: { type: "tcp", host: "127.0.0.1", port: 15121 }, b: { type: "tcp", host: "127.0.0.1", port: 15121 } };
@@ -347,7 +347,7 @@ describe("a Modbus TCP bus", () => {
   });
 });
 
-describe("fenced devices (issue 18 item 6)", () => {
+describe("fenced devices", () => {
   it("a fenced actuator pointed at a generic Modbus TCP device: a failure that says what the device reported, after reads only", async () => {
     const slave = await MisbehavingSlave.tcp();
     try {
@@ -392,9 +392,9 @@ describe("fenced devices (issue 18 item 6)", () => {
   });
 });
 
-describe("the metrics listener (issue 18 item 9)", () => {
+describe("the metrics listener", () => {
   it("beyond loopback, chosen explicitly: a warning that it answers anyone, without authentication", async () => {
-    // The status page (issue 15) needs credentials beyond loopback: off, as the premise is "no authentication".
+    // The status page needs credentials beyond loopback: off, as the premise is "no authentication".
     const findings = await runDoctor(
       writeConfig(
         (c) => (c.metrics = { enabled: true, host: "0.0.0.0", port: 9464, allowNonLoopback: true, statusPage: { enabled: false } }),

@@ -1,5 +1,5 @@
 /**
- * Lost committed history and the journal's mark (finding 3 of the adversarial review): the
+ * Lost committed history and the journal's mark: the
  * loss of any one of journal.db, journal.db-wal and journal.db-mark is refused or harmless,
  * never a quiet start with lower tokens; `recoverJournal` sets floors above every token
  * ever granted. A crash is taken as a copy of the files while the journal is open (what a

@@ -166,7 +166,7 @@ describe("SqliteJournal.commitAsync", () => {
     journal.close();
   });
 
-  // Adapted (issue 21): the single-writer lock is a flock on the database file (its inode),
+  // Adapted: the single-writer lock is a flock on the database file (its inode),
   // which SQLite's WAL locking for readers does not meet; a second opener is still refused.
   it("runs WAL with synchronous=NORMAL and its own fdatasync of the -wal, under the exclusive writer lock", () => {
     const { file, journal } = started();

@@ -9,7 +9,7 @@
  *   synced first, and nothing is written to the -wal while the database file's fdatasync
  *   runs (the -wal could be reused before the copy is durable).
  * The gateway's child (pipeline-child.ts: the real Gateway over the real journal) shows the
- * pipeline's rules (issue 14):
+ * pipeline's rules:
  * - every grant's reply follows an fdatasync of the -wal that started after its record was
  *   written: a grant is durable before it is sent;
  * - no fdatasync at all lies between a command's arrival and its reply: commands do not wait

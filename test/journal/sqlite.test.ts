@@ -43,11 +43,11 @@ function writtenJournal(recentLimit = 100): string {
   return file;
 }
 
-// Adapted (issue 21): restoring is advised only with the current mark kept and `journal recover` after it.
+// Adapted: restoring is advised only with the current mark kept and `journal recover` after it.
 const RESTORE = /keep .*-mark where it is .*restore the journal from a backup or move it .* aside, then run `fencegate journal recover`/i;
 
 describe("SqliteJournal", () => {
-  // Adapted (issue 21): the writer lock is a flock on the database file itself (writer-lock.test.ts); SQLite runs normal WAL locking for readers.
+  // Adapted: the writer lock is a flock on the database file itself (writer-lock.test.ts); SQLite runs normal WAL locking for readers.
   it("runs WAL, synchronous=NORMAL with its own fdatasync of the -wal, the writer lock and the schema version", () => {
     const file = newPath();
     const j = openSqliteJournal({ path: file, recentLimit: 4, busyTimeoutMs: 1234 });

@@ -1,5 +1,5 @@
 /**
- * Commands ahead of polls on one RS-485 line (issue 14 item 5), with real parts: the
+ * Commands ahead of polls on one RS-485 line, with real parts: the
  * gateway's Modbus adapter (bus, devices) on a real pty pair to the simulated fenced firmware
  * answering 8 units at line rate, every unit polled as the gateway polls it (identity once,
  * keep-alive, points) often enough to take about half the line. What is checked is the order

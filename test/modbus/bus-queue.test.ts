@@ -1,5 +1,5 @@
 /**
- * The order in which a bus puts waiting transactions on the wire (issue 14 item 5): commands
+ * The order in which a bus puts waiting transactions on the wire: commands
  * ahead of polls, polls with what commands leave (but never starved), units in turn within
  * a class, bounded queues per unit and class.
  */

@@ -1,4 +1,4 @@
-/** Engineering values ↔ registers: a missing register is an error, never a 0 (issue 18 item 4). */
+/** Engineering values ↔ registers: a missing register is an error, never a 0. */
 import { describe, expect, it } from "vitest";
 import { decodePoint, encodePoint } from "../../src/adapters/modbus/codec.ts";
 import type { PointConfig } from "../../src/config/schema.ts";

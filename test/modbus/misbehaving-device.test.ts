@@ -1,8 +1,7 @@
 /**
  * The gateway's Modbus adapter (bus, port, device) against a misbehaving slave, over Modbus
  * TCP and over Modbus RTU on a real pty pair: every wrong answer is reported as what it is,
- * never as a value or an effect that did not happen (issue 18 items 1, 2, 4, 5, 6, the FC06
- * write function; issue 12 item 2).
+ * never as a value or an effect that did not happen.
  */
 import { pino } from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -124,7 +123,7 @@ async function rejection(p: Promise<unknown>): Promise<Error> {
   throw new Error("expected a rejection");
 }
 
-describe.each(["tcp", "rtu"] as const)("Modbus %s: exceptions (issue 18 item 1)", (transport) => {
+describe.each(["tcp", "rtu"] as const)("Modbus %s: exceptions", (transport) => {
   // 04 failed while acting, 05 accepted and still working, 0B the gateway's target did not
   // answer; 07 and 08 are only defined for programming and file functions; anything outside
   // the standard table (0x2A; 0x46 from a plain device) is unknown.
@@ -158,7 +157,7 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: exceptions (issue 18 item 1)"
   });
 });
 
-describe.each(["tcp", "rtu"] as const)("Modbus %s: framing (issue 18 items 2 and 4)", (transport) => {
+describe.each(["tcp", "rtu"] as const)("Modbus %s: framing", (transport) => {
   /** The bytes a correct answer to an FC16 has: TCP 7 + 5, RTU 6 + CRC. */
   const fc16Length = transport === "tcp" ? 12 : 8;
 
@@ -252,7 +251,7 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: framing (issue 18 items 2 and
   }
 });
 
-describe.each(["tcp", "rtu"] as const)("Modbus %s: fenced command blocks (issue 18 item 5, issue 12 item 2)", (transport) => {
+describe.each(["tcp", "rtu"] as const)("Modbus %s: fenced command blocks", (transport) => {
   const BLOCK = FENCED.COMMAND_START;
   /** The setpoints (speed, flow, limit) of the last command block the slave received. */
   const lastBlock = (s: MisbehavingSlave) => {
@@ -308,7 +307,7 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: fenced command blocks (issue 
   });
 });
 
-describe.each(["tcp", "rtu"] as const)("Modbus %s: the fenced identity block (issue 18 item 6)", (transport) => {
+describe.each(["tcp", "rtu"] as const)("Modbus %s: the fenced identity block", (transport) => {
   it("a generic device (no identity block) gets no keep-alive, no command block and no fence read", async () => {
     const { slave, device } = await rig(transport, { profile: "fenced", points: FENCED_POINTS });
     expect(await rejection(device.read())).toMatchObject({ name: "DeviceMismatchError", message: expect.stringMatching(/0x4647/) });
@@ -356,7 +355,7 @@ describe.each(["tcp", "rtu"] as const)("Modbus %s: the fenced identity block (is
   }
 });
 
-describe.each(["tcp", "rtu"] as const)("Modbus %s: the write function (issue 18, also check)", (transport) => {
+describe.each(["tcp", "rtu"] as const)("Modbus %s: the write function", (transport) => {
   it("writeFunction fc06 writes a single-register point with FC06 and a two-register one with FC16", async () => {
     const { slave, device } = await plainRig(transport, { writeFunction: "fc06" });
     slave.fault({ fc: 16, times: -1, apply: false, spoil: exception(0x01) }); // a device without FC16

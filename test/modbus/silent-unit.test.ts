@@ -2,7 +2,7 @@
  * A unit that has never answered since the bus opened (a miswired device, a wrong unit id) is
  * offline from the start, so no change of state reports it: the bus warns about it after the
  * first few unanswered requests, naming the bus, the unit and the timeout, and again at a
- * bounded rate while it stays silent (issue 22 item 8). On a real pty RTU line, with a slave
+ * bounded rate while it stays silent. On a real pty RTU line, with a slave
  * that answers unit 1 and nothing else.
  */
 import { pino } from "pino";

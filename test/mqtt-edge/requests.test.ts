@@ -109,7 +109,7 @@ describe("routes", () => {
     expect(r.kind === "request" && r.route).toEqual({ kind: "responseTopic", responseTopic: "ctl/a/resp" });
   });
 
-  // Until issue 12 an unusable response topic was ignored and the request carried out, its
+  // Once, an unusable response topic was ignored and the request carried out, its
   // reply sent to the holder topic; now it is refused there, so the requester learns why.
   it("a response topic with a wildcard is refused INVALID_REQUEST on the holder topic", () => {
     expect(parse("lease/acquire", body, { responseTopic: "ctl/#" })).toEqual({

@@ -48,8 +48,8 @@ export function arrivalOnlyStep(config: ActuatorConfig, state: ActuatorState, in
 }
 
 /**
- * Bug (b): the fence persisted after the device write instead of before. Under issue 14 the
- * fence a write relies on is its token's grant (a command's intent is audit, after by
+ * Bug (b): the fence persisted after the device write instead of before. Since commands stopped
+ * waiting for the disk, the fence a write relies on is its token's grant (a command's intent is audit, after by
  * design): here a grant is persisted after the device write of the same step (the gateway's
  * own safe write at a restart or expiry), so a crash between them leaves a device moved under
  * a token the journal never had, and the next start may hand that token out again.
@@ -89,7 +89,7 @@ export function stealingAcquireStep(config: ActuatorConfig, state: ActuatorState
   return held ? step(config, { ...state, lease: null }, input) : result;
 }
 
-/** Bug (f): the safe write tried once: an attempt that fails, or cannot be sent, is dropped (review finding 1a). */
+/** Bug (f): the safe write tried once: an attempt that fails, or cannot be sent, is dropped. */
 export function safeWriteOnceStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
   const result = step(config, state, input);
   const owed = result.state.safeWrite;
@@ -97,7 +97,7 @@ export function safeWriteOnceStep(config: ActuatorConfig, state: ActuatorState, 
   return triedOnce ? { ...result, state: { ...result.state, safeWrite: null } } : result;
 }
 
-/** Bug (g): a restart ends the leases but owes no safe write (review finding 1b). */
+/** Bug (g): a restart ends the leases but owes no safe write. */
 export function restartWithoutSafeWriteStep(config: ActuatorConfig, state: ActuatorState, input: Input): StepResult {
   return step(config, state, input.type === "restart" ? { type: "tick", nowMs: input.nowMs } : input);
 }

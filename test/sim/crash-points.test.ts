@@ -7,8 +7,8 @@ import { runSeed } from "../../src/sim/run.ts";
 
 const SEEDS = 100;
 const CRASH_POINTS = [
-  "afterWriteBeforeAudit", // after the device write, before its audit commit (issue 14)
-  "atAuditLagBound", // the audit writer holding its maximum lag, lost before its sync (issue 14)
+  "afterWriteBeforeAudit", // after the device write, before its audit commit
+  "atAuditLagBound", // the audit writer holding its maximum lag, lost before its sync
   "afterDeviceActed",
   "beforeGrantSynced",
   "afterGrantSynced",
