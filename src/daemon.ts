@@ -15,7 +15,8 @@ import { StatusBoard, type ActuatorInfo } from "./adapters/http/status-board.ts"
 import { StatusRoutes } from "./adapters/http/status-routes.ts";
 import { AuditReader } from "./adapters/journal/audit.ts";
 import { JournalThread, stallReportMs } from "./adapters/journal/worker-client.ts";
-import { ModbusBus, OFFLINE_AFTER_FAILURES, busLink } from "./adapters/modbus/bus.ts";
+import { ModbusBus, OFFLINE_AFTER_FAILURES } from "./adapters/modbus/bus.ts";
+import { busLink } from "./config/modbus-link.ts";
 import { ModbusDevice } from "./adapters/modbus/device.ts";
 import { LEASE_REQUEST_ROOM_PER_ACTUATOR, MAX_PENDING_READS_PER_ACTUATOR, MqttLink } from "./adapters/mqtt/link.ts";
 import {

@@ -10,6 +10,7 @@ import * as z from "zod";
 import { leaderHangRoomMs, leadershipConfig } from "../core/leadership.ts";
 import { closest } from "./problems.ts";
 import { ACTUATOR_PATTERN, CONFIGURED_POINT_NAME_PATTERN } from "../../packages/protocol/src/index.ts";
+import { POINT_TYPES, type PointType } from "../adapters/modbus/codec.ts";
 
 // ---------------------------------------------------------------------------------------
 // Names and small building blocks
@@ -258,9 +259,6 @@ const buses = z.record(id("bus name"), bus).superRefine((all, ctx) => {
 
 // ---------------------------------------------------------------------------------------
 // Points and actuators
-
-export const POINT_TYPES = ["u16", "i16", "u32", "i32", "f32"] as const;
-export type PointType = (typeof POINT_TYPES)[number];
 
 /** Registers a value of this type occupies. */
 function registerCount(type: PointType): 1 | 2 {

@@ -34,7 +34,6 @@ const EXPORTED_FOR_OWN_FILE: string[] = [
   "src/adapters/mqtt/requests.ts: MAX_SET_POINTS",
   "src/config/schema.ts: RESERVED_ACTUATOR_IDS",
   "src/config/schema.ts: BAUD_RATES",
-  "src/config/schema.ts: POINT_TYPES",
   "src/config/schema.ts: tcpEndpoint",
   "src/core/actuator.ts: safeRetryDelayMs",
   "src/core/actuator.ts: outcomeReply",

@@ -15,7 +15,6 @@
 import { EventEmitter } from "node:events";
 import type { Logger } from "pino";
 import ModbusSerial from "modbus-serial";
-import type { BusConfig } from "../../config/schema.ts";
 import { DeviceAnswerError } from "../../shell/ports.ts";
 import { BusQueue, type TransactionClass } from "./bus-queue.ts";
 import { openFailure } from "./open-failure.ts";
@@ -27,11 +26,6 @@ export type ModbusClient = InstanceType<typeof ModbusRTU>;
 
 export type BusLink =
   { readonly kind: "rtu"; readonly line: RtuLineOptions } | { readonly kind: "tcp"; readonly host: string; readonly port: number };
-
-export function busLink(bus: BusConfig): BusLink {
-  if (bus.type === "tcp") return { kind: "tcp", host: bus.host, port: bus.port };
-  return { kind: "rtu", line: { path: bus.path, baudRate: bus.baudRate, parity: bus.parity, stopBits: bus.stopBits, dataBits: 8 } };
-}
 
 /**
  * The offline rule: a unit is reported offline after this many requests in a row without a

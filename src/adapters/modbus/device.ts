@@ -36,12 +36,11 @@ import {
   u32ToWords,
   u64ToWords,
 } from "../../../packages/protocol/src/modbus-profile.ts";
-import type { PointConfig } from "../../config/schema.ts";
 import type { Fence, Outcome, PointValues } from "../../core/types.ts";
 import { DeviceAnswerError, DeviceMismatchError, type DeviceCommand, type DevicePort, type FenceRaise } from "../../shell/ports.ts";
 import { BusBusyError, LinkDownError, isTimeout, modbusExceptionCode, type ModbusBus, type ModbusClient } from "./bus.ts";
 import type { TransactionClass } from "./bus-queue.ts";
-import { decodePoint, encodePoint, registerSpan } from "./codec.ts";
+import { decodePoint, encodePoint, registerSpan, type PointMapping } from "./codec.ts";
 import { describeException, exceptionOutcome, hex } from "./exceptions.ts";
 
 /** A Modbus read may carry at most 125 registers. */
@@ -51,28 +50,28 @@ export interface DeviceOptions {
   readonly bus: ModbusBus;
   readonly unit: number;
   readonly profile: "fenced" | "plain";
-  readonly points: Readonly<Record<string, PointConfig>>;
+  readonly points: Readonly<Record<string, PointMapping>>;
   /** Plain profile: fc06 writes one-register points with FC06 (a device without FC16); default fc16. */
   readonly writeFunction?: "fc16" | "fc06";
 }
 
-type Table = PointConfig["table"];
+type Table = PointMapping["table"];
 
 interface ReadSpan {
   readonly table: Table;
   readonly start: number;
   readonly count: number;
-  readonly points: readonly [string, PointConfig][];
+  readonly points: readonly [string, PointMapping][];
 }
 
 /** Groups points into as few reads as possible: one per table while the span fits. */
-function planReads(points: Readonly<Record<string, PointConfig>>): ReadSpan[] {
+function planReads(points: Readonly<Record<string, PointMapping>>): ReadSpan[] {
   const spans: ReadSpan[] = [];
   for (const table of ["holding", "input"] as const) {
     const sorted = Object.entries(points)
       .filter(([, p]) => p.table === table)
       .sort(([, a], [, b]) => a.register - b.register);
-    let current: [string, PointConfig][] = [];
+    let current: [string, PointMapping][] = [];
     let start = 0;
     for (const entry of sorted) {
       const end = entry[1].register + registerSpan(entry[1]);
@@ -88,7 +87,7 @@ function planReads(points: Readonly<Record<string, PointConfig>>): ReadSpan[] {
   return spans;
 }
 
-function span(table: Table, start: number, points: [string, PointConfig][]): ReadSpan {
+function span(table: Table, start: number, points: [string, PointMapping][]): ReadSpan {
   const end = Math.max(...points.map(([, p]) => p.register + registerSpan(p)));
   return { table, start, count: end - start, points };
 }
@@ -100,7 +99,7 @@ function call<T>(fn: (cb: (err: Error | null, value: T) => void) => void): Promi
 export class ModbusDevice implements DevicePort {
   private readonly reads: ReadSpan[];
   /** Writable points in configuration order: the command block's setpoint slots. */
-  private readonly setpoints: [string, PointConfig][];
+  private readonly setpoints: [string, PointMapping][];
   /** Fenced: per setpoint, the last value commanded and confirmed, or read back, if valid for the point. */
   private known = new Map<string, number>();
   /** The bus session `known` belongs to; a new session starts empty. */
@@ -207,7 +206,7 @@ export class ModbusDevice implements DevicePort {
     return values;
   }
 
-  private async readRegisters(kind: TransactionClass, table: PointConfig["table"], start: number, count: number): Promise<number[]> {
+  private async readRegisters(kind: TransactionClass, table: PointMapping["table"], start: number, count: number): Promise<number[]> {
     const { unit } = this.options;
     try {
       const result = await this.transact(kind, (c) =>
@@ -385,7 +384,7 @@ export class ModbusDevice implements DevicePort {
   }
 }
 
-function validFor(point: PointConfig, value: number): boolean {
+function validFor(point: PointMapping, value: number): boolean {
   return Number.isFinite(value) && value >= point.min && value <= point.max;
 }
 
@@ -413,7 +412,7 @@ class ReadExceptionError extends DeviceAnswerError {
 class NotSentError extends Error {}
 
 class UnknownSetpointError extends Error {
-  constructor(name: string, point: PointConfig, reading: number | undefined) {
+  constructor(name: string, point: PointMapping, reading: number | undefined) {
     const read =
       reading === undefined
         ? "none has been read from the device"
