@@ -17,7 +17,6 @@ import type { Writable } from "node:stream";
 import tls from "node:tls";
 import { MqttClient, type IClientOptions, type IClientPublishOptions, type IPublishPacket, type PacketCallback } from "mqtt";
 import type { Logger } from "pino";
-import type { MqttConfig } from "../../config/schema.ts";
 import type { CoreEvent } from "../../core/types.ts";
 import {
   GATEWAY_LEVEL,
@@ -57,7 +56,7 @@ export interface RequestSink {
 }
 
 export interface MqttLinkOptions {
-  readonly mqtt: MqttConfig;
+  readonly mqtt: BrokerOptions;
   readonly gatewayId: string;
   /** Answered to `B/gateway/read`: how a newcomer with the same gatewayId finds this one (presence.ts). */
   readonly identity: GatewayIdentity;
@@ -105,6 +104,29 @@ export const LEASE_REQUEST_ROOM_PER_ACTUATOR = 32;
  */
 type PendingKind = "reads" | "requests" | "holder";
 
+/** The broker and how to reach it: a configuration's `mqtt` section is one (src/config/schema.ts). */
+export interface BrokerOptions {
+  readonly url: string;
+  readonly clientId: string;
+  readonly protocolVersion: 4 | 5;
+  readonly baseTopic: string;
+  readonly username?: string | undefined;
+  readonly password?: string | undefined;
+  /** For mqtts:// urls: PEM files, and whether the broker's certificate must verify. */
+  readonly tls?:
+    | {
+        readonly caFile?: string | undefined;
+        readonly certFile?: string | undefined;
+        readonly keyFile?: string | undefined;
+        readonly rejectUnauthorized: boolean;
+      }
+    | undefined;
+  readonly keepaliveS: number;
+  readonly reconnect: { readonly minMs: number; readonly maxMs: number };
+  /** Larger requests are dropped unread. */
+  readonly maxPayloadBytes: number;
+}
+
 export interface MqttLinkCounters {
   requests: number;
   unanswerable: Map<string, number>;
@@ -112,7 +134,7 @@ export interface MqttLinkCounters {
 }
 
 /** The socket (TCP, or TLS with the configured CA and client certificate) for `mqtt.url`, Nagle off. */
-export function streamBuilder(mqtt: MqttConfig): () => net.Socket {
+export function streamBuilder(mqtt: BrokerOptions): () => net.Socket {
   const url = new URL(mqtt.url);
   const secure = url.protocol === "mqtts:";
   const port = Number(url.port || (secure ? 8883 : 1883));

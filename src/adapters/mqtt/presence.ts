@@ -11,14 +11,15 @@ import { createHash, randomUUID } from "node:crypto";
 import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { MqttClient } from "mqtt";
-import type { MqttConfig } from "../../config/schema.ts";
-import { streamBuilder } from "./link.ts";
+import { streamBuilder, type BrokerOptions } from "./link.ts";
 import {
   GATEWAY_LEVEL,
   type GatewayIdentity,
   HOLDER_PATTERN,
+  clientReplyTopic,
   gatewayStatusTopic,
   isActuatorId,
+  replyTopic,
 } from "../../../packages/protocol/src/index.ts";
 
 export function identityOf(
@@ -62,13 +63,13 @@ export interface ProbeOptions {
  * Asks every gateway on the broker who it is, from a connection with a client id of its
  * own (never the gateway's: that would displace a running one).
  */
-export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions = {}): Promise<ProbeResult> {
+export async function probeGateways(mqtt: BrokerOptions, options: ProbeOptions = {}): Promise<ProbeResult> {
   const base = mqtt.baseTopic;
   const nonce = randomUUID();
   const holder = mqtt.username !== undefined && HOLDER_PATTERN.test(mqtt.username) ? mqtt.username : "fencegate-probe";
   const v5 = mqtt.protocolVersion === 5;
   // Topics the shipped ACL lets a gateway's user read and write (config/mosquitto/acl).
-  const replyTopic = v5 ? `${base}/_client/${holder}/${nonce}` : `${base}/${GATEWAY_LEVEL}/reply/${holder}`;
+  const replyTo = v5 ? clientReplyTopic(base, holder, nonce) : replyTopic(base, GATEWAY_LEVEL, holder);
   const statusFilter = gatewayStatusTopic(base, "+");
   const client = new MqttClient(streamBuilder(mqtt), {
     protocolVersion: mqtt.protocolVersion,
@@ -104,18 +105,18 @@ export async function probeGateways(mqtt: MqttConfig, options: ProbeOptions = {}
         if (["online", "active", "standby"].includes(payload.toString())) online.add(level);
         else online.delete(level);
       }
-      if (topic !== replyTopic) return;
+      if (topic !== replyTo) return;
       const body = parseAnswer(payload.toString(), v5 ? packet.properties?.correlationData?.toString() : undefined, nonce);
       if (body === null || gateways.length >= MAX_ANSWERS) return;
       gateways.push(body);
       if (options.waitForAll !== true && unanswered().length === 0) answered?.();
     });
-    await client.subscribeAsync([statusFilter, replyTopic], { qos: 1 });
+    await client.subscribeAsync([statusFilter, replyTo], { qos: 1 });
     const request = JSON.stringify({ id: nonce, holder });
     // Acknowledged after the broker handled it, and after the retained status it sent on subscribing.
     await client.publishAsync(`${base}/${GATEWAY_LEVEL}/read`, request, {
       qos: 1,
-      ...(v5 ? { properties: { responseTopic: replyTopic, correlationData: Buffer.from(nonce) } } : {}),
+      ...(v5 ? { properties: { responseTopic: replyTo, correlationData: Buffer.from(nonce) } } : {}),
     });
     if (unanswered().length > 0 || (options.waitForAll === true && online.size > 0)) {
       await new Promise<void>((done) => {
