@@ -4,7 +4,8 @@
  * actuators differ and how (log, doctor), and takes over once it matches.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { configDifferences, publishedConfig } from "../../src/adapters/etcd/actuator-digest.ts";
+import { configDifferences } from "../../src/adapters/etcd/actuator-digest.ts";
+import { publishedConfig } from "../../src/config/etcd.ts";
 import { parseConfig } from "../../src/config/parse.ts";
 import { checkGroup } from "../../src/doctor/checks.ts";
 import { valve, valvePoints } from "../support/daemon.ts";

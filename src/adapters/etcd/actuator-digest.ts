@@ -8,11 +8,10 @@
  * Published under `/fencegate/<group>/members/<gatewayId>`, not attached to a lease (a member
  * that is down still says what it would serve): `{ gateway, digest, settings }`, `settings`
  * being, per actuator, its configuration entry without the bus (the connection may differ
- * between gateways: another serial port), plus the gateway-wide lease and command limits.
+ * between gateways: another serial port), plus the gateway-wide lease and command limits
+ * (built from the configuration in src/config/etcd.ts).
  */
 import { createHash } from "node:crypto";
-import { coreLimits } from "../../config/core.ts";
-import type { GatewayConfig } from "../../config/schema.ts";
 
 export interface PublishedConfig {
   readonly gateway: string;
@@ -24,11 +23,10 @@ export interface PublishedConfig {
 /** At most this many differences are named (the rest counted): a sentence stays readable. */
 const MAX_NAMED = 8;
 
-export function publishedConfig(config: GatewayConfig): PublishedConfig {
-  const actuators: Record<string, unknown> = {};
-  for (const { bus: _bus, ...settings } of config.actuators) actuators[settings.id] = settings;
-  const settings = canonical({ limits: coreLimits(config), actuators }) as PublishedConfig["settings"];
-  return { gateway: config.gatewayId, digest: createHash("sha256").update(JSON.stringify(settings)).digest("hex"), settings };
+/** What a member publishes of `settings`: their canonical JSON (keys sorted) and its digest. */
+export function publishedSettings(gateway: string, settings: PublishedConfig["settings"]): PublishedConfig {
+  const canon = canonical(settings) as PublishedConfig["settings"];
+  return { gateway, digest: createHash("sha256").update(JSON.stringify(canon)).digest("hex"), settings: canon };
 }
 
 /** Parses another member's published value; null for one not written by fencegate. */

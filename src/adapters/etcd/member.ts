@@ -17,7 +17,6 @@
  * so in the normal case the counter goes up by exactly one per grant.
  */
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import {
   INITIAL_LEADERSHIP,
@@ -33,7 +32,6 @@ import {
   type StepDownReason,
   type Term,
 } from "../../core/leadership.ts";
-import type { GroupConfig } from "../../config/schema.ts";
 import type { Clock, GrantCommit, GroupPort, Scheduler } from "../../shell/ports.ts";
 import { configDifferences, parsePublished, type PublishedConfig } from "./actuator-digest.ts";
 import { EtcdClient, EtcdError, type KeyValue } from "./client.ts";
@@ -439,24 +437,4 @@ export class EtcdGroupMember implements GroupPort {
     if (kv.value === this.identity && kv.lease === leaseId) return { mine: { revision: kv.createRevision } };
     return "other";
   }
-}
-
-/** The etcd client a `group` configuration describes (TLS files already checked by the config loader). */
-export function etcdClientFor(group: GroupConfig): EtcdClient {
-  const tls = group.tls;
-  return new EtcdClient({
-    endpoints: group.endpoints,
-    requestTimeoutMs: group.requestTimeoutMs,
-    ...(tls
-      ? {
-          tls: {
-            rejectUnauthorized: tls.rejectUnauthorized,
-            ...(tls.caFile ? { ca: readFileSync(tls.caFile) } : {}),
-            ...(tls.certFile ? { cert: readFileSync(tls.certFile) } : {}),
-            ...(tls.keyFile ? { key: readFileSync(tls.keyFile) } : {}),
-          },
-        }
-      : {}),
-    ...(group.username !== undefined ? { username: group.username, password: group.password ?? "" } : {}),
-  });
 }
