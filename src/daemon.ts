@@ -2,7 +2,6 @@
  * The composition root: wires the real adapters (SQLite journal, Modbus buses, MQTT,
  * HTTP) to the shell and the core. Nothing here decides anything.
  */
-import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import { join } from "node:path";
@@ -34,26 +33,11 @@ import { actuatorCoreConfig } from "./config/core.ts";
 import { isLoopbackHost, quietAfterTimeoutMs, type GatewayConfig } from "./config/schema.ts";
 import { leadershipConfig } from "./core/leadership.ts";
 import { Gateway, type ActuatorBinding } from "./shell/gateway.ts";
-import type { Clock, JournalEntry, Outbox, Random, Scheduler } from "./shell/ports.ts";
+import type { JournalEntry, Outbox } from "./shell/ports.ts";
+import { platformRandom, realClock, realScheduler } from "./adapters/platform.ts";
 import { MAX_UNSERVED_ACTUATORS, UnservedActuators } from "./shell/unserved.ts";
 import { PACKAGE_ROOT } from "./package-root.ts";
 import { EXIT } from "./exit-codes.ts";
-
-export const realClock: Clock = {
-  // Whole milliseconds: every time the core sees, and every expiresInMs it reports, is an integer.
-  monotonicMs: () => Math.floor(performance.now()),
-  wallNow: () => new Date(),
-};
-
-export const realScheduler: Scheduler = {
-  at(atMs, fn) {
-    const timer = setTimeout(fn, Math.max(0, atMs - performance.now()));
-    return () => clearTimeout(timer);
-  },
-  defer: (fn) => setImmediate(fn),
-};
-
-export const platformRandom: Random = { bytes: (n) => randomBytes(n) };
 
 /** How long the start waits for the broker to ask about a gateway with the same id before it touches devices. */
 const PROBE_AT_START_MS = 3000;

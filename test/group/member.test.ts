@@ -15,7 +15,7 @@ import { EtcdGroupMember } from "../../src/adapters/etcd/member.ts";
 import { etcdClientFor } from "../../src/config/etcd.ts";
 import { parseConfig } from "../../src/config/parse.ts";
 import { leadershipConfig, type StepDownReason } from "../../src/core/leadership.ts";
-import { realClock, realScheduler } from "../../src/daemon.ts";
+import { realClock, realScheduler } from "../../src/adapters/platform.ts";
 import { checkGroup } from "../../src/doctor/checks.ts";
 import { makePki } from "../broker-security/pki.ts";
 import { startEtcd, type EtcdCluster } from "../support/etcd.ts";

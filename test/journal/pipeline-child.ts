@@ -18,7 +18,7 @@
 import fs from "node:fs";
 import pino from "pino";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { platformRandom, realClock, realScheduler } from "../../src/daemon.ts";
+import { platformRandom, realClock, realScheduler } from "../../src/adapters/platform.ts";
 import { Gateway } from "../../src/shell/gateway.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { DEFAULT_AUDIT_BOUNDS } from "../../src/shell/group-commit.ts";
