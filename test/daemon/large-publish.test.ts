@@ -20,14 +20,20 @@ import { TopicWatcher, until } from "../support/watch.ts";
 
 const MB = 1024 * 1024;
 const HUGE_BYTES = 60_000_000;
-const PEAK_RSS_LIMIT_BYTES = 150 * MB;
+/**
+ * How far above its resident size before the packet the daemon's peak RSS may rise while the
+ * packet streams past it. Dropped unread, it rises 24 to 29 MB (the socket's chunks until they
+ * are collected: measured over several runs, from 117 to 127 MB resident before); buffered
+ * whole, as before the packet guard, by at least the packet (60 MB), and more with copies.
+ */
+const PEAK_RSS_GROWTH_LIMIT_BYTES = HUGE_BYTES * 0.75;
 const MAX_PAYLOAD_BYTES = 16_384; // the default
 
-/** The daemon's peak resident set size so far, from /proc/<pid>/status (VmHWM, in kB there). */
-function peakRssBytes(pid: number): number {
+/** A size from /proc/<pid>/status, in bytes: VmRSS (resident now) or VmHWM (the peak so far); kB there. */
+function statusBytes(pid: number, field: "VmRSS" | "VmHWM"): number {
   const line = readFileSync(`/proc/${pid}/status`, "utf8")
     .split("\n")
-    .find((l) => l.startsWith("VmHWM:"));
+    .find((l) => l.startsWith(`${field}:`));
   return Number(/(\d+)/.exec(line ?? "")?.[1]) * 1024;
 }
 
@@ -57,9 +63,9 @@ describe.each([
 
   afterAll(() => teardown.run());
 
-  it("is dropped unread: the daemon's peak RSS stays under 150 MB and it keeps answering", async () => {
+  it("is dropped unread: the daemon's peak RSS grows by far less than the packet, and it keeps answering", async () => {
     const pid = stack.daemon.child.pid!;
-    const before = peakRssBytes(pid);
+    const before = statusBytes(pid, "VmRSS");
     const publisher = teardown.add(await mqtt.connectAsync(stack.broker.url, { protocolVersion: 5, reconnectPeriod: 0 }), (c) =>
       c.endAsync(true),
     );
@@ -70,8 +76,10 @@ describe.each([
       (l) => l.msg === "an MQTT packet over the size limit was dropped unread" || l.cause === "TOO_LARGE",
       30_000,
     );
-    const after = peakRssBytes(pid);
-    expect(after, `peak RSS ${(before / MB).toFixed(0)} MB before, ${(after / MB).toFixed(0)} MB after`).toBeLessThan(PEAK_RSS_LIMIT_BYTES);
+    const after = statusBytes(pid, "VmHWM");
+    expect(after - before, `resident ${(before / MB).toFixed(0)} MB before, peak ${(after / MB).toFixed(0)} MB after`).toBeLessThan(
+      PEAK_RSS_GROWTH_LIMIT_BYTES,
+    );
     expect(dropped).toMatchObject({ msg: "an MQTT packet over the size limit was dropped unread", bytes: expect.any(Number) });
     expect(dropped.bytes).toBeGreaterThan(HUGE_BYTES);
     expect(await read()).toMatchObject({ ok: true, state: { actuator: "valve-1", online: true } });
