@@ -8,9 +8,11 @@
  * Frozen past the point where the gateways' leases have expired in its own view, etcd 3.4.23
  * (Debian 12's) revokes them when it wakes, although the new leader renewed them (etcd issue
  * 15247, fixed by etcd pull request 16822): every gateway then loses its lease. That is
- * etcd's bug, not the settings', and docs/gateway-group.md says what it costs; here the
- * leader is frozen for less than that (TTL minus a renewal period after the last renewal it
- * saw) and longer than the active gateway's window without a renewal.
+ * etcd's bug, not the settings', and docs/gateway-group.md says what it costs. Here the
+ * leader is thawed by a timer, half a margin before the active gateway's lease would expire
+ * in the frozen leader's view and after the window that gateway's last renewal opened, both
+ * timed from that renewal's log line: a freeze that also lasted while the checks ran went
+ * past the first bound under load.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TestController, type Json } from "../support/controller.ts";
@@ -56,16 +58,28 @@ describe("an etcd leader that hangs", () => {
     const renewed = (l: { msg?: string }) => l.msg === "etcd lease renewed";
     const renewedBefore = active.logs.filter(renewed).length;
     let n = 0;
-    await active.waitForLog((l) => renewed(l) && ++n > renewedBefore, 10_000, "a renewal");
-    await new Promise((r) => setTimeout(r, Math.floor(group.leaseTtlMs / 3) - 150));
+    const renewal = await active.waitForLog((l) => renewed(l) && ++n > renewedBefore, 10_000, "a renewal");
+    // Timed from the renewal's own log time, not from when this test read the line: under load
+    // the line arrives late, and the freeze must fall between two bounds a few hundred ms apart.
+    const renewedAtMs = renewal.time as number;
+    const { leaseTtlMs, selfFenceMarginMs } = group;
+    await new Promise((r) => setTimeout(r, renewedAtMs + Math.floor(leaseTtlMs / 3) - 150 - Date.now()));
     leaderProcess.kill("SIGSTOP");
+    // Thawed by the clock, whatever the checks below take: past the window the last renewal
+    // opened (TTL - margin after it), where without a new etcd leader the gateway would have
+    // stepped down, and before the lease expires in the frozen leader's view (etcd issue 15247).
+    const thawAtMs = renewedAtMs + leaseTtlMs - selfFenceMarginMs / 2;
+    const thawed = new Promise<void>((resolve) =>
+      setTimeout(() => {
+        leaderProcess.kill("SIGCONT");
+        resolve();
+      }, thawAtMs - Date.now()),
+    );
     try {
-      // Past the window the last renewal opened (TTL - margin after it): without a new leader
-      // confirming a renewal, the gateway would have stepped down.
-      await new Promise((r) => setTimeout(r, 4000));
+      await new Promise((r) => setTimeout(r, renewedAtMs + leaseTtlMs - selfFenceMarginMs + 200 - Date.now()));
       expect(active.logs.slice(linesBefore).filter(isSteppingDown), report()).toEqual([]);
       expect(group.roles()[a]).toBe("active");
-      expect(await group.etcd.leader()).not.toBeOneOf([hung, null]);
+      expect(await group.etcd.leader(hung)).not.toBeOneOf([hung, null]);
       expect(await request("command", { holder: "line-a", token: t1, seq: ++seq, set: { position: 20 } }), report()).toMatchObject({
         ok: true,
         outcome: "applied",
@@ -73,7 +87,7 @@ describe("an etcd leader that hangs", () => {
       expect(await request("lease/release", { holder: "line-a", token: t1 })).toMatchObject({ ok: true });
       expect(await request("lease/acquire", { holder: "line-b", ttlMs: 60_000 }), report()).toMatchObject({ ok: true });
     } finally {
-      leaderProcess.kill("SIGCONT");
+      await thawed;
     }
     await new Promise((r) => setTimeout(r, 1000)); // the old leader rejoins as a follower
     expect(active.logs.slice(linesBefore).filter(isSteppingDown), report()).toEqual([]);

@@ -51,9 +51,10 @@ export interface EtcdCluster {
   restart(index: number): Promise<void>;
   /**
    * The index of the member every running member that answers names as the raft leader, or null
-   * while they do not agree on a running one (an election under way, or no quorum).
+   * while they do not agree on a running one (an election under way, or no quorum). Member
+   * `ignoring` (a SIGSTOPped one that may be thawed while asked) has no say.
    */
-  leader(): Promise<number | null>;
+  leader(ignoring?: number): Promise<number | null>;
   /** POSTs a v3 JSON API request to the first running member; throws on a non-2xx answer. */
   call(path: string, body: unknown, token?: string): Promise<any>;
   /** Stops every member (SIGTERM, SIGKILL after a grace: the last member may linger) and removes the dir. */
@@ -215,8 +216,8 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       launch(m);
       await healthy(m, 20_000);
     },
-    async leader() {
-      const running = members.filter((m) => m.child !== null);
+    async leader(ignoring) {
+      const running = members.filter((m, i) => m.child !== null && i !== ignoring);
       const statuses = await Promise.all(running.map((m) => request(m, "POST", "/v3/maintenance/status", {}).catch(() => null)));
       const ids = statuses.map((s) => (s?.status === 200 ? String(s.json.header?.member_id ?? "") : ""));
       // A member that does not answer (a SIGSTOPped leader) has no say.

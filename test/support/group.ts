@@ -49,6 +49,7 @@ export interface GroupStack {
   readonly etcdLinks: readonly TcpLink[];
   readonly daemons: (DaemonProcess | null)[];
   readonly leaseTtlMs: number;
+  readonly selfFenceMarginMs: number;
   /** Per gateway: its metrics port (with `metrics`), else empty. */
   readonly metricsPorts: readonly number[];
   /** Starts gateway `i` on its journal (again, after a kill), its configuration changed by `edit` if given. */
@@ -122,6 +123,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
   const metricsPorts: number[] = [];
   if (options.metrics) for (let i = 0; i < GATEWAYS.length; i++) metricsPorts.push(await freePort());
   const leaseTtlMs = options.leaseTtlMs ?? 2000;
+  const selfFenceMarginMs = options.selfFenceMarginMs ?? 500;
   const daemons: (DaemonProcess | null)[] = GATEWAYS.map(() => null);
   teardown.add(daemons, async (ds) => {
     for (const d of ds) {
@@ -149,7 +151,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
         name: options.name,
         endpoints: options.etcdLinks ? [`http://127.0.0.1:${etcdLinks[i]!.port}`] : etcd.endpoints,
         leaseTtlMs,
-        selfFenceMarginMs: options.selfFenceMarginMs ?? 500,
+        selfFenceMarginMs,
         requestTimeoutMs: options.requestTimeoutMs ?? Math.min(500, Math.floor(leaseTtlMs / 3)),
         etcdElectionTimeoutMs: etcd.electionTimeoutMs,
         ...(profile === "plain" ? { acceptPlainDevices: true } : {}),
@@ -168,6 +170,7 @@ export async function startGroup(teardown: Teardown, options: GroupOptions): Pro
     status,
     daemons,
     leaseTtlMs,
+    selfFenceMarginMs,
     metricsPorts,
     start(i, edit = (c) => c) {
       const d = DaemonProcess.start(join(dir, GATEWAYS[i]!), edit(config(i)), { bin });
