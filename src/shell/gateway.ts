@@ -39,6 +39,7 @@ import {
   type DurableSnapshot,
 } from "../core/actuator.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
+import { admit, type Door } from "../core/admission.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import {
@@ -698,24 +699,6 @@ class ActuatorRuntime {
   }
 }
 
-/**
- * Why no lease can be granted yet, or null: a group member that has not taken the actuator over
- * (raised the device's fence to a token of the group), or a fenced device whose fence is unread.
- */
-function noGrantYet(
-  inGroup: boolean,
-  rt: { readonly secured: boolean; readonly fenceKnown: boolean; readonly problem: string | null },
-): string | null {
-  const { problem } = rt;
-  const because = problem === null ? "." : `: ${problem}${problem.endsWith(".") ? "" : "."}`;
-  if (inGroup && !rt.secured)
-    return `This gateway has not yet taken the actuator over (the device's fence raised to a token of the group); no lease is granted until it has${because}`;
-  if (rt.fenceKnown) return null;
-  return problem === null
-    ? "The device's own fence has not been read yet; no lease is granted until it has."
-    : `The device's own fence cannot be read, so no lease is granted${because}`;
-}
-
 export class Gateway {
   readonly committer: GroupCommitter;
   /** Refusals, the core's and those at the door (told by the MQTT link), summarised in the log. */
@@ -806,69 +789,40 @@ export class Gateway {
     return lease !== null && isLive(lease, this.deps.clock.monotonicMs()) ? lease : null;
   }
 
-  /** Handles one validated request. The reply, whatever it is, goes to `ref`. */
+  /** Handles one validated request through the door (core/admission.ts). The reply, whatever it is, goes to `ref`. */
   submit(actuator: string, ref: number, request: GatewayRequest): void {
-    const { outbox } = this.deps;
     const rt = this.runtimes.get(actuator);
-    if (!rt) {
-      outbox.reply(ref, { ok: false, error: { code: "UNKNOWN_ACTUATOR", message: `No actuator "${actuator}" on this gateway.` } });
-      return;
-    }
-    if (!this.accepting) {
-      outbox.reply(ref, {
-        ok: false,
-        error: { code: "DEVICE_UNAVAILABLE", message: "The gateway is shutting down; retry against it once it is back." },
-      });
-      return;
-    }
-    switch (request.verb) {
+    const admission = admit(actuator, ref, request, rt && this.door(rt, request.verb), this.deps.clock.monotonicMs());
+    switch (admission.kind) {
+      case "refused":
+        this.deps.outbox.reply(ref, { ok: false, error: admission.error });
+        return;
       case "read":
-        void rt.readNow().then((state) => outbox.reply(ref, { ok: true, state }));
+        void rt!.readNow().then((state) => this.deps.outbox.reply(ref, { ok: true, state }));
         return;
-      case "lease/acquire": {
-        const unavailable = noGrantYet(this.deps.group !== undefined, rt);
-        if (unavailable !== null) {
-          outbox.reply(ref, { ok: false, error: { code: "DEVICE_UNAVAILABLE", message: unavailable } });
-          return;
-        }
-        // The secret is drawn here, not in the core: the core stays free of randomness.
-        const secret = rt.binding.authenticated ? Buffer.from(this.deps.random.bytes(SECRET_BYTES)).toString("base64url") : undefined;
-        this.now((nowMs) => rt.dispatch({ type: "acquire", nowMs, ref, holder: request.holder, ttlMs: request.ttlMs, secret }));
+      case "decide":
+        this.now(() => rt!.dispatch(admission.input));
         return;
-      }
-    }
-    const signature = {
-      actuator: rt.id,
-      mac: request.mac ?? null,
-      ...(request.verb === "command" ? {} : { counter: request.counter ?? null }),
-    };
-    switch (request.verb) {
-      case "lease/renew":
-        this.now((nowMs) => rt.dispatch({ type: "renew", nowMs, ref, holder: request.holder, token: request.token, signature }));
-        return;
-      case "lease/release":
-        this.now((nowMs) => rt.dispatch({ type: "release", nowMs, ref, holder: request.holder, token: request.token, signature }));
-        return;
-      case "command": {
-        const journalBehind = this.committer.saturatedFor(rt.id) ? this.journalBehindMessage(rt) : undefined;
-        this.now((nowMs) =>
-          rt.dispatch({
-            type: "command",
-            nowMs,
-            ref,
-            holder: request.holder,
-            token: request.token,
-            seq: request.seq,
-            set: request.set,
-            deadlineMs: request.deadlineMs ?? rt.binding.defaultDeadlineMs,
-            signature,
-            journalBehind,
-          }),
-        );
-        return;
-      }
     }
   }
+
+  /** What the door is shown of an actuator when a request for it arrives (a secret drawn and the backlog asked only where the verb needs them). */
+  private door(rt: ActuatorRuntime, verb: GatewayRequest["verb"]): Door {
+    return {
+      accepting: this.accepting,
+      takenOver: this.deps.group === undefined ? null : rt.secured,
+      fenceKnown: rt.fenceKnown,
+      problem: rt.problem,
+      defaultDeadlineMs: rt.binding.defaultDeadlineMs,
+      journalBehind: verb === "command" && this.committer.saturatedFor(rt.id) ? this.journalBehindMessage(rt) : undefined,
+      // Drawn here, not in the core, which stays free of randomness.
+      secret:
+        verb === "lease/acquire" && rt.binding.authenticated
+          ? Buffer.from(this.deps.random.bytes(SECRET_BYTES)).toString("base64url")
+          : undefined,
+    };
+  }
+
   /** Why a command is refused OVERLOADED, unsent: the journal is too far behind (this actuator's share of it, or all of it). */
   private journalBehindMessage(rt: ActuatorRuntime): string {
     const { records } = this.committer.backlog();

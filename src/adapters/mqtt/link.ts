@@ -42,7 +42,7 @@ import {
   replyPayload,
   statePayload,
 } from "./payloads.ts";
-import { RequestBudgets, type BudgetLimits } from "./admission.ts";
+import { RequestBudgets, type BudgetLimits } from "./request-budgets.ts";
 import { parseRequest, type ReplyRoute, type Request, type RequestLimits } from "./requests.ts";
 
 /** What the link needs from the shell. */
@@ -78,7 +78,7 @@ export interface MqttLinkOptions {
   readonly role?: GatewayRole;
   /** Told of each request refused or dropped here, before the shell (for /metrics and the log's summary of refusals). */
   readonly onRefused?: (actuator: string, holder: string | null, code: string) => void;
-  /** The rate budgets of requesters other than the lease holder (admission.ts). */
+  /** The rate budgets of requesters other than the lease holder (request-budgets.ts). */
   readonly budgets: BudgetLimits;
   /** Retained states of actuators nothing serves (src/shell/unserved.ts), published with the served ones on every connection. */
   readonly unservedStates?: () => readonly StateView[];

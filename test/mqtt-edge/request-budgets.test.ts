@@ -1,10 +1,10 @@
 /**
- * The rate budgets of everyone but the lease holder (src/adapters/mqtt/admission.ts), at
+ * The rate budgets of everyone but the lease holder (src/adapters/mqtt/request-budgets.ts), at
  * their limits: per requester, shared per actuator, refused once then dropped, refilled
  * with time, and a bounded number of requesters tracked.
  */
 import { describe, expect, it } from "vitest";
-import { REFUSED_QUIET_MS, RequestBudgets } from "../../src/adapters/mqtt/admission.ts";
+import { REFUSED_QUIET_MS, RequestBudgets } from "../../src/adapters/mqtt/request-budgets.ts";
 
 const limits = { perRequesterPerS: 10, perRequesterBurst: 5, perActuatorPerS: 100, perActuatorBurst: 8 };
 const MAX_REQUESTERS = 4;
