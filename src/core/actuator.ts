@@ -160,7 +160,7 @@ export function step(config: ActuatorConfig, state: ActuatorState, input: Input)
       stepDown(s);
       break;
     case "grantFailed":
-      grantFailed(s, input.token);
+      grantFailed(s, input.token, input.reason, input.withheld);
       break;
   }
   pump(s);
@@ -696,8 +696,22 @@ function stepDown(s: Step): void {
   s.emit({ kind: "stateChanged" });
 }
 
-/** A lease whose grant the group never confirmed ends; nothing moved under it, so no safe write is owed for it. */
-function grantFailed(s: Step, token: number): void {
+/**
+ * A grant the group never confirmed: nothing of the step that made it may be shown as if it had
+ * been. A success reply becomes GROUP_UNAVAILABLE, a device write was not sent (its command
+ * fails DEVICE_UNAVAILABLE), events and the state wait for this step; refusals pass (they claim
+ * nothing). The lease ends; nothing moved under it, so no safe write is owed for it.
+ */
+function grantFailed(s: Step, token: number, reason: string, withheld: readonly Effect[]): void {
+  for (const effect of withheld) {
+    if (effect.kind === "reply") {
+      const message = `The gateway group could not confirm the grant (${reason}); nothing was granted. Retry shortly.`;
+      s.reply(effect.ref, effect.reply.ok ? { ok: false, error: { code: "GROUP_UNAVAILABLE", message } } : effect.reply);
+    } else if (effect.kind === "deviceWrite") {
+      const message = "The command was not sent: the gateway group could not confirm the token it needed.";
+      deviceResult(s, effect.token, effect.seq, { kind: "failed", code: "DEVICE_UNAVAILABLE", message });
+    }
+  }
   const { lease } = s.state;
   if (lease?.token !== token) return;
   s.set({ lease: null });

@@ -107,7 +107,7 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
       case "audit":
         if (e.record.type === "intent") intents.push(e);
         else if (
-          input.type !== "deviceResult" ||
+          !answersTheDevice(input, e.record) ||
           before.inFlight === null ||
           before.inFlight.token !== e.record.token ||
           before.inFlight.seq !== e.record.seq
@@ -147,9 +147,19 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
     broken.push(`a command at the device ${show(after.inFlight)} that was never written`);
 }
 
-/** Every reply goes to a request waiting for one, once: the input's, or a command the state held. */
+/** Whether `input` settles the write of (token, seq): the device's answer, or a grant failed before that write was sent. */
+function answersTheDevice(input: Input, command: { token: number; seq: number }): boolean {
+  if (input.type === "deviceResult") return true;
+  return (
+    input.type === "grantFailed" &&
+    input.withheld.some((w) => w.kind === "deviceWrite" && w.token === command.token && w.seq === command.seq)
+  );
+}
+
+/** Every reply goes to a request waiting for one, once: the input's, a command the state held, or one a failed grant withheld. */
 function checkReplies(before: ActuatorState, input: Input, after: ActuatorState, effects: readonly Effect[], broken: string[]): void {
   const waiting = refsOf(before);
+  if (input.type === "grantFailed") for (const w of input.withheld) if (w.kind === "reply" && w.ref !== null) waiting.add(w.ref);
   const held = refsOf(after);
   const inputRef = "ref" in input ? input.ref : null;
   const replied = new Set<ReplyRef>();

@@ -228,8 +228,12 @@ export type Input =
   | (Timed & { readonly type: "takeover"; readonly floor: number })
   /** Gateway group: this gateway is no longer active. Every lease ends; nothing queued is sent. */
   | (Timed & { readonly type: "stepDown" })
-  /** Gateway group: the grant of `token` could not be made durable in the group; its lease, if live, ends. */
-  | (Timed & { readonly type: "grantFailed"; readonly token: number });
+  /**
+   * Gateway group: the grant of `token` could not be made durable in the group (`reason`); its
+   * lease, if live, ends. `withheld` are the effects of the granting step after the grant, which
+   * the shell did not carry out: the core decides what becomes of them.
+   */
+  | (Timed & { readonly type: "grantFailed"; readonly token: number; readonly reason: string; readonly withheld: readonly Effect[] });
 
 export interface StepResult {
   readonly state: ActuatorState;

@@ -352,44 +352,15 @@ class ActuatorRuntime {
     return null;
   }
 
-  /**
-   * After a grant the group could not confirm, nothing later in that step may be shown as if
-   * it had been: a success reply becomes GROUP_UNAVAILABLE, a device write is not sent (and
-   * reported so to the core), events and the state wait for the core's correction. Refusals
-   * pass (they claim nothing). The core is told, and ends the lease.
-   */
-  private abandon(rest: readonly Effect[], failure: { token: number; commit: Extract<GrantCommit, { ok: false }> }): void {
-    const { outbox, log } = this.gw.deps;
+  /** After a grant the group could not confirm, the rest of its step goes back to the core undone (core/actuator.ts, grantFailed). */
+  private abandon(withheld: readonly Effect[], failure: { token: number; commit: Extract<GrantCommit, { ok: false }> }): void {
     const { token, commit } = failure;
-    log.warn(
+    this.gw.deps.log.warn(
       { actuator: this.id, token, stale: commit.stale, reason: commit.message },
       "grant not confirmed by the gateway group; nothing granted",
     );
-    for (const effect of rest) {
-      if (effect.kind === "reply" && effect.ref !== null) {
-        outbox.reply(
-          effect.ref,
-          effect.reply.ok
-            ? {
-                ok: false,
-                error: {
-                  code: "GROUP_UNAVAILABLE",
-                  message: `The gateway group could not confirm the grant (${commit.message}); nothing was granted. Retry shortly.`,
-                },
-              }
-            : effect.reply,
-        );
-      } else if (effect.kind === "deviceWrite") {
-        const outcome = {
-          kind: "failed",
-          code: "DEVICE_UNAVAILABLE",
-          message: "The command was not sent: the gateway group could not confirm the token it needed.",
-        } as const;
-        this.gw.now((nowMs) => this.decide({ type: "deviceResult", nowMs, token: effect.token, seq: effect.seq, outcome }));
-      }
-    }
-    // The grant's own outcome: decided at once, ahead of the inputs waiting for it.
-    this.gw.now((nowMs) => this.decide({ type: "grantFailed", nowMs, token }));
+    // Decided at once, ahead of the inputs waiting for the grant.
+    this.gw.now((nowMs) => this.decide({ type: "grantFailed", nowMs, token, reason: commit.message, withheld }));
     if (commit.stale) this.gw.deps.group?.stale(`${this.id}: ${commit.message}`);
   }
 

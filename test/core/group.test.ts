@@ -101,10 +101,15 @@ describe("stepping down", () => {
 });
 
 describe("a grant the group could not confirm", () => {
+  /** The effects of a step after its first persist: what the shell withholds when that grant fails. */
+  const afterGrant = (effects: readonly Effect[]) => effects.slice(effects.findIndex((e) => e.kind === "persist") + 1);
+  const failed = (token: number, withheld: readonly Effect[] = []) =>
+    ({ type: "grantFailed", token, reason: "etcd did not answer", withheld }) as const;
+
   it("ends that lease, saying why", () => {
     const d = new CoreDriver();
     const token = tokenOf(d.acquire("A"));
-    const effects = d.feed({ type: "grantFailed", token });
+    const effects = d.feed(failed(token));
     expect(effects).toContainEqual({ kind: "event", event: { type: "expired", holder: "A", token, code: "GROUP_UNAVAILABLE" } });
     expect(d.state.lease).toBeNull();
     expect(codeOf(d.command("A", token, 1))).toBe("LEASE_EXPIRED");
@@ -114,7 +119,49 @@ describe("a grant the group could not confirm", () => {
   it("leaves another token's lease alone", () => {
     const d = new CoreDriver();
     const token = tokenOf(d.acquire("A"));
-    expect(d.feed({ type: "grantFailed", token: token - 1 })).toEqual([]);
+    expect(d.feed(failed(token - 1))).toEqual([]);
     expect(d.state.lease?.token).toBe(token);
+  });
+
+  it("answers the grant's withheld reply GROUP_UNAVAILABLE with the group's reason, and nothing of it as granted", () => {
+    const d = new CoreDriver();
+    const ref = d.ref();
+    const grant = d.request({ type: "acquire", ref, holder: "A", ttlMs: 1_000 });
+    const token = tokenOf(grant.reply);
+    const effects = d.feed(failed(token, afterGrant(grant.effects)));
+    expect(replyTo(effects, ref)).toEqual({
+      ok: false,
+      error: {
+        code: "GROUP_UNAVAILABLE",
+        message: "The gateway group could not confirm the grant (etcd did not answer); nothing was granted. Retry shortly.",
+      },
+    });
+    expect(effects.some((e) => e.kind === "event" && e.event.type === "granted")).toBe(false);
+  });
+
+  it("passes a withheld refusal as it was: it claims nothing", () => {
+    const d = new CoreDriver();
+    const token = tokenOf(d.acquire("A"));
+    const refusal = { kind: "reply", ref: 99, reply: { ok: false, error: { code: "LEASE_HELD", message: "held" } } } as const;
+    expect(replyTo(d.feed(failed(token, [refusal])), 99)).toEqual(refusal.reply);
+  });
+
+  it("fails a withheld device write DEVICE_UNAVAILABLE, unsent, and owes the safe write again after its backoff", () => {
+    const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+    const d = new CoreDriver(config);
+    tokenOf(d.acquire("A", 1_000));
+    const expiry = d.advance(1_000); // the lease expires: the gateway grants itself a token and sends the safe values
+    const safe = expiry.find((e) => e.kind === "deviceWrite");
+    expect(safe).toBeDefined();
+    const effects = d.feed(failed(d.state.highestGranted, afterGrant(expiry)));
+    expect(d.state.inFlight).toBeNull();
+    expect(effects).toContainEqual({
+      kind: "audit",
+      record: expect.objectContaining({
+        type: "outcome",
+        outcome: expect.objectContaining({ kind: "failed", code: "DEVICE_UNAVAILABLE" }),
+      }),
+    });
+    expect(d.state.safeWrite?.notBeforeMs).toBeGreaterThan(d.nowMs);
   });
 });
