@@ -452,12 +452,17 @@ function closeServer(server: net.Server, unlinkPath?: string): Promise<void> {
   );
 }
 
-/** Send one command to a simulator's control socket and return its JSON answer. */
-export function sendControl(socketPath: string, cmd: ControlCommand): Promise<Record<string, unknown>> {
+/**
+ * Send one command to a simulator's control socket and return its JSON answer. The simulator
+ * answers at once; a connection that stays silent for `timeoutMs` is given up with an error,
+ * so a caller never waits on a stuck simulator for ever.
+ */
+export function sendControl(socketPath: string, cmd: ControlCommand, timeoutMs = 5000): Promise<Record<string, unknown>> {
   return new Promise((resolve, reject) => {
     const socket = net.createConnection(socketPath);
     let buf = "";
     socket.setEncoding("utf8");
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`no answer on the control socket within ${timeoutMs} ms`)));
     socket.on("error", reject);
     socket.on("close", () => reject(new Error("control socket closed without an answer")));
     socket.on("connect", () => socket.write(JSON.stringify(cmd) + "\n"));

@@ -160,6 +160,18 @@ describe("mbpoll over TCP against the `fencegate sim` process", () => {
     expect(await sendControl(ready.control, { op: "nope" } as never)).toMatchObject({ ok: false });
   });
 
+  it("gives up a control request the simulator does not answer, naming the wait", async () => {
+    child.kill("SIGSTOP"); // the socket still accepts (the kernel's backlog); nothing answers
+    try {
+      await expect(sendControl(ready.control, { op: "device", unit: 1 }, 300)).rejects.toThrow(
+        "no answer on the control socket within 300 ms",
+      );
+    } finally {
+      child.kill("SIGCONT");
+    }
+    expect(await sendControl(ready.control, { op: "device", unit: 1 })).toMatchObject({ ok: true });
+  });
+
   it("answers exception 0x0B for a unit it does not have, and exits 0 on SIGTERM", async () => {
     const r = await mbpoll(["-m", "tcp", "-p", String(ready.tcp.port), "-a", "9", "-0", "-1", "-o", "0.5", "-r", "0", "127.0.0.1"]);
     expect(r.stderr).toMatch(/Target device failed to respond/i);

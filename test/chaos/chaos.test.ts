@@ -5,14 +5,21 @@
  * power cycles between them; then every safety property is checked against the device's own applied log.
  * FENCEGATE_SEED replays a schedule.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFailed } from "vitest";
+import { monoMs } from "./history.ts";
 import { report, runChaos } from "./harness.ts";
 
 const SEED = Number(process.env.FENCEGATE_SEED ?? Date.now() % 2 ** 31);
 
 describe("chaos on real processes", () => {
   it("keeps every safety property through 10 daemon kills, pauses, controller and broker restarts, link cuts and power cycles", async () => {
+    // The run's own account (faults, kills, each daemon's start), printed only if the test fails
+    // or times out: it shows where the time went.
+    const started = monoMs();
+    const account: string[] = [];
+    onTestFailed(() => console.info(`chaos seed=${SEED}, what happened:\n${account.join("\n")}`));
     const result = await runChaos({
+      say: (line) => account.push(`${((monoMs() - started) / 1000).toFixed(1)} s ${line}`),
       kills: 10,
       seed: SEED,
       lifeMs: [300, 1500],

@@ -408,6 +408,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
     // Let the last life serve a little (every pause over), then stop the load and judge.
     await Promise.all(pauses);
     await sleep(Math.max(1000, ttlMs * 2));
+    say("  stopping the controllers, then reading the device's applied log");
     await stopControllers(controllers);
     lives.push(daemonLife(life.d, life.startMono, null));
     device.push(...(await readDevice(control, sim!, counts.simLives)));
