@@ -23,8 +23,8 @@ import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
 import { DIST_MAIN, distIsFresh } from "../bin/dist.mjs";
+import { CHROMIUM, chromiumInstalled, launchChromium } from "../test/support/chromium.ts";
 import { TestController } from "../test/support/controller.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../test/support/daemon.ts";
 import { startMosquitto } from "../test/support/mosquitto.ts";
@@ -33,17 +33,6 @@ import { startSimProcess } from "../test/support/sim-process.ts";
 import { Teardown, stopDaemon } from "../test/support/stack.ts";
 
 const FEEDS = 50;
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
 const { values } = parseArgs({ options: { quick: { type: "boolean" } } });
 const quick = values.quick ?? false;
@@ -172,14 +161,8 @@ async function main(): Promise<void> {
 
     // The page in a browser, its feed running under commands.
     let pageRss = Number.NaN;
-    if (fs.existsSync(CHROMIUM)) {
-      const profile = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-bench-chromium-")), (d) =>
-        fs.rmSync(d, { recursive: true, force: true }),
-      );
-      const context = teardown.add(
-        await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS }),
-        (c) => c.close(),
-      );
+    if (chromiumInstalled()) {
+      const context = await launchChromium(teardown);
       const page = context.pages()[0] ?? (await context.newPage());
       await page.goto(base);
       await page.waitForFunction(

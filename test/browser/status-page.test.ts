@@ -5,27 +5,16 @@
  * without reloading. With UPDATE_SCREENSHOT=1 it also writes the README's screenshot,
  * docs/status-page.png.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { writeFileSync } from "node:fs";
+import { resolve } from "node:path";
+import type { BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium } from "../support/chromium.ts";
 import { TestController } from "../support/controller.ts";
 import { valve, valvePoints } from "../support/daemon.ts";
 import { freePort } from "../support/ports.ts";
 import { Teardown, startStack } from "../support/stack.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const SCREENSHOT = resolve(import.meta.dirname, "../../docs/status-page.png");
 
 const teardown = new Teardown();
@@ -46,7 +35,6 @@ function valveWithUnits(id: string, unit: number) {
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run does).`);
   const port = await freePort();
   const stack = await startStack(teardown, {
     name: "browser",
@@ -61,16 +49,7 @@ beforeAll(async () => {
   base = `http://127.0.0.1:${port}`;
   a = teardown.add(await TestController.connect(stack.broker.url, "line-a"), (c) => c.close());
   b = teardown.add(await TestController.connect(stack.broker.url, "line-b"), (c) => c.close());
-  const profile = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-chromium-")), (d) => rmSync(d, { recursive: true, force: true }));
-  context = teardown.add(
-    await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: CHROMIUM_FLAGS,
-      viewport: { width: 1100, height: 900 },
-    }),
-    (c) => c.close(),
-  );
+  context = await launchChromium(teardown, { width: 1100, height: 900 });
   page = context.pages()[0] ?? (await context.newPage());
   page.on("request", (r) => requested.push(r.url()));
   await page.goto(base);

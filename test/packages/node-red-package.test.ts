@@ -9,11 +9,11 @@
  * UPDATE_SCREENSHOT=1 it writes docs/node-red-editor.png.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { chromium, type Page } from "playwright-core";
+import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { launchChromium } from "../support/chromium.ts";
 import { valve } from "../support/daemon.ts";
 import { installNodeRedPackage, nodeRedRuntime, type InstalledPackage } from "../support/node-red.ts";
 import { filesUnder } from "../support/packages.ts";
@@ -21,17 +21,6 @@ import { freePort, waitForPort } from "../support/ports.ts";
 import { startStack, Teardown, type Stack } from "../support/stack.ts";
 import { until } from "../support/watch.ts";
 
-const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const SCREENSHOT = resolve(import.meta.dirname, "../../docs/node-red-editor.png");
 const TYPES = ["fencegate-broker", "fencegate-lease", "fencegate-command", "fencegate-state"];
 
@@ -49,7 +38,6 @@ async function adminGet(path: string, accept = "application/json"): Promise<{ st
 }
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install chromium (.ci/run does).`);
   stack = await startStack(teardown, {
     name: "node-red-package",
     sim: () => ({ units: [1], rate: 0 }),
@@ -91,16 +79,7 @@ beforeAll(async () => {
     timeoutMs: 30_000,
     everyMs: 50,
   });
-  const profile = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-chromium-")), (d) => rmSync(d, { recursive: true, force: true }));
-  const context = teardown.add(
-    await chromium.launchPersistentContext(profile, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: CHROMIUM_FLAGS,
-      viewport: { width: 1280, height: 760 },
-    }),
-    (c) => c.close(),
-  );
+  const context = await launchChromium(teardown, { width: 1280, height: 760 });
   page = context.pages()[0] ?? (await context.newPage());
 }, 300_000);
 
