@@ -16,13 +16,11 @@
  * Usage: node --import tsx pipeline-child.ts <journal> <rounds> <commands>
  */
 import fs from "node:fs";
-import pino from "pino";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { platformRandom, realClock, realScheduler } from "../../src/adapters/platform.ts";
-import { Gateway } from "../../src/shell/gateway.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { DEFAULT_AUDIT_BOUNDS } from "../../src/shell/group-commit.ts";
 import type { DevicePort, OutboundReply } from "../../src/shell/ports.ts";
+import { startInProcessGateway } from "../support/in-process-gateway.ts";
 
 const [file, roundsText, commandsText] = process.argv.slice(2);
 if (file === undefined || roundsText === undefined || commandsText === undefined)
@@ -47,38 +45,17 @@ const device: DevicePort = {
 
 const journal = openSqliteJournal({ path: file, recentLimit: 16 });
 const waiting = new Map<number, (reply: OutboundReply) => void>();
-const gateway = new Gateway(
-  {
-    gatewayId: "strace",
-    journal,
-    clock: realClock,
-    scheduler: realScheduler,
-    random: platformRandom,
-    outbox: { reply: (ref, reply) => waiting.get(ref)?.(reply), event: () => {}, state: () => {} },
-    log: pino({ level: "silent" }),
-    actuators: [
-      {
-        id: ACTUATOR,
-        config: {
-          points: { position: { writable: true, min: 0, max: 100 } },
-          expiryPolicy: { kind: "hold" },
-          limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 16, safeRetryMinMs: 20, safeRetryMaxMs: 300 },
-        },
-        device,
-        fenced: false,
-        pollIntervalMs: 60_000,
-        defaultDeadlineMs: 1_000,
-      },
-    ],
-    onFatal: (err) => {
-      throw err;
-    },
-    audit: { ...DEFAULT_AUDIT_BOUNDS, lagMs: 3_600_000 },
-  },
-  journal.load(),
-);
-gateway.start();
-gateway.linkChanged(ACTUATOR, true); // what the bus reports once the unit answers
+const gateway = startInProcessGateway({
+  gatewayId: "strace",
+  journal,
+  snapshots: journal.load(),
+  devices: new Map([[ACTUATOR, device]]),
+  limits: { recentLimit: 16, safeRetryMinMs: 20, safeRetryMaxMs: 300 },
+  pollIntervalMs: 60_000,
+  defaultDeadlineMs: 1_000,
+  outbox: { reply: (ref, reply) => waiting.get(ref)?.(reply), event: () => {}, state: () => {} },
+  audit: { ...DEFAULT_AUDIT_BOUNDS, lagMs: 3_600_000 },
+});
 
 /** Submits one request; `onReply` runs in the outbox's call, before any other I/O. */
 function send(request: GatewayRequest, onReply: (reply: OutboundReply) => void): Promise<OutboundReply> {

@@ -7,8 +7,9 @@
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
-import { Gateway } from "../../src/shell/gateway.ts";
+import type { Gateway } from "../../src/shell/gateway.ts";
 import type { DevicePort, OutboundReply } from "../../src/shell/ports.ts";
+import { startInProcessGateway } from "../support/in-process-gateway.ts";
 import { until } from "../support/watch.ts";
 
 const A = "valve-1";
@@ -33,44 +34,15 @@ function setup(options: { refusalSummaryMs?: number } = {}) {
   const lines: Line[] = [];
   const replies = new Map<number, OutboundReply>();
   const log = pino({ level: "debug" }, { write: (s: string) => void lines.push(JSON.parse(s) as Line) });
-  const gateway = new Gateway(
-    {
-      gatewayId: "test",
-      journal,
-      clock: { monotonicMs: () => performance.now(), wallNow: () => new Date() },
-      random: { bytes: (n) => new Uint8Array(n) }, // no authenticated actuator here: no secret is drawn
-      scheduler: {
-        at: (atMs, fn) => {
-          const timer = setTimeout(fn, Math.max(0, atMs - performance.now()));
-          return () => clearTimeout(timer);
-        },
-        defer: (fn) => void setImmediate(fn),
-      },
-      outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: () => {} },
-      log,
-      actuators: [
-        {
-          id: A,
-          config: {
-            points: { position: { writable: true, min: 0, max: 100 } },
-            expiryPolicy: { kind: "hold" },
-            limits: { minTtlMs: 50, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 },
-          },
-          device,
-          fenced: false,
-          pollIntervalMs: 3_600_000,
-          defaultDeadlineMs: 5_000,
-        },
-      ],
-      onFatal: (err) => {
-        throw err;
-      },
-      ...options,
-    },
-    journal.load(),
-  );
-  gateway.start();
-  gateway.linkChanged(A, true);
+  const gateway = startInProcessGateway({
+    journal,
+    snapshots: journal.load(),
+    devices: new Map([[A, device]]),
+    limits: { minTtlMs: 50 },
+    outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: () => {} },
+    log,
+    ...options,
+  });
   let ref = 1;
   const submit = async (request: Parameters<Gateway["submit"]>[2]) => {
     const r = ref++;

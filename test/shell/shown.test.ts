@@ -5,12 +5,11 @@
  * in this process over the in-memory journal, with a device whose answers are released by
  * hand.
  */
-import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
 import type { Outcome } from "../../src/core/types.ts";
-import { Gateway } from "../../src/shell/gateway.ts";
 import type { DeviceCommand, DevicePort, OutboundReply, StateView } from "../../src/shell/ports.ts";
+import { startInProcessGateway } from "../support/in-process-gateway.ts";
 
 const A = "valve-1";
 const turn = () => new Promise<void>((r) => setImmediate(r));
@@ -36,43 +35,22 @@ function setup(queueLimit = 10_000, ids: readonly string[] = [A]) {
   const replies = new Map<number, OutboundReply>();
   const states: StateView[] = [];
   const nowMs = 0;
-  const gateway = new Gateway(
-    {
-      gatewayId: "test",
-      journal,
-      clock: { monotonicMs: () => nowMs, wallNow: () => new Date(nowMs) },
-      random: { bytes: (n) => new Uint8Array(n) }, // no authenticated actuator here: no secret is drawn
-      scheduler: {
-        at: (atMs, fn) => {
-          const timer = setTimeout(fn, atMs - nowMs);
-          return () => clearTimeout(timer);
-        },
-        defer: (fn) => void setImmediate(fn),
-      },
-      // A lag no test reaches: the command's records wait until the drain commits them.
-      audit: { lagMs: 60_000, lagRecords: 1_000, queueLimit, stallMs: 120_000 },
-      outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: (view) => states.push(view) },
-      log: pino({ level: "silent" }),
-      actuators: ids.map((id) => ({
-        id,
-        config: {
-          points: { position: { writable: true, min: 0, max: 100 } },
-          expiryPolicy: { kind: "hold" },
-          limits: { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 },
-        },
-        device: devices.get(id)!,
-        fenced: false,
-        pollIntervalMs: 3_600_000,
-        defaultDeadlineMs: 5_000,
-      })),
-      onFatal: (err) => {
-        throw err;
-      },
-    },
+  const gateway = startInProcessGateway({
+    journal,
     snapshots,
-  );
-  gateway.start();
-  for (const id of ids) gateway.linkChanged(id, true);
+    devices,
+    clock: { monotonicMs: () => nowMs, wallNow: () => new Date(nowMs) },
+    scheduler: {
+      at: (atMs, fn) => {
+        const timer = setTimeout(fn, atMs - nowMs);
+        return () => clearTimeout(timer);
+      },
+      defer: (fn) => void setImmediate(fn),
+    },
+    // A lag no test reaches: the command's records wait until the drain commits them.
+    audit: { lagMs: 60_000, lagRecords: 1_000, queueLimit, stallMs: 120_000 },
+    outbox: { reply: (ref, reply) => replies.set(ref, reply), event: () => {}, state: (view) => states.push(view) },
+  });
   return { journal, device, devices, replies, states, gateway };
 }
 
