@@ -13,10 +13,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { markPath } from "../../src/adapters/journal/mark.ts";
 import { openSqliteJournal, type SqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { FENCEGATE_BIN, fatalLine, writeUnconnectedConfig } from "../support/daemon.ts";
 import { expectOpensWhole, refusal } from "./refusal.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-advice-"));
@@ -79,22 +78,6 @@ function onReadOnly(dir: string, args: string[]) {
   return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
-function configFor(journal: string): string {
-  const file = path.join(newDir(), "gateway.yaml");
-  fs.writeFileSync(
-    file,
-    stringify(
-      gatewayConfig({
-        brokerUrl: "mqtt://127.0.0.1:1",
-        journalPath: journal,
-        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
-        actuators: [valve("valve-1", "s", 1)],
-      }),
-    ),
-  );
-  return file;
-}
-
 describe("a damaged mark", () => {
   it("after a crash with the -wal intact: remove the mark, never restore; removing it keeps every token", () => {
     const file = crashed();
@@ -130,13 +113,15 @@ describe("a damaged journal", () => {
 describe("a read-only filesystem", () => {
   it("is named as such at the daemon's start, exit 74, with no advice to restore or move the journal", () => {
     const file = stopped();
-    const run = onReadOnly(path.dirname(file), ["daemon", "--config", configFor(file), "--log-format", "json"]);
+    const run = onReadOnly(path.dirname(file), [
+      "daemon",
+      "--config",
+      writeUnconnectedConfig(path.join(newDir(), "gateway.yaml"), file),
+      "--log-format",
+      "json",
+    ]);
     expect(run.code).toBe(74);
-    const fatal = run.stdout
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => JSON.parse(l))
-      .find((l) => l.level === 60);
+    const fatal = fatalLine(run.stdout)!;
     expect(fatal.msg).toContain("the filesystem is read-only: check the card and the mount");
     expect(fatal.msg).not.toMatch(/restore|move it/i);
   });

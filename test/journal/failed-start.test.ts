@@ -10,10 +10,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { markPath, readMark } from "../../src/adapters/journal/mark.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { FENCEGATE_BIN, writeUnconnectedConfig } from "../support/daemon.ts";
 import { expectOpensWhole, refusal } from "./refusal.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-failed-start-"));
@@ -50,17 +49,7 @@ describe("a start that fails", () => {
     const dir = newDir();
     const config = path.join(newDir(), "gateway.yaml");
     const journal = path.join(dir, "journal.db");
-    fs.writeFileSync(
-      config,
-      stringify(
-        gatewayConfig({
-          brokerUrl: "mqtt://127.0.0.1:1",
-          journalPath: journal,
-          buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
-          actuators: [valve("valve-1", "s", 1)],
-        }),
-      ),
-    );
+    writeUnconnectedConfig(config, journal);
     const stash = crashedInto(newDir(), 3);
     const q = (s: string) => `'${s}'`;
     const fencegate = (...args: string[]) => [process.execPath, FENCEGATE_BIN, ...args].map(q).join(" ");

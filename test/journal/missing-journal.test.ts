@@ -11,13 +11,12 @@ import os from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { loadConfigFile } from "../../src/config/load.ts";
 import { parseConfig } from "../../src/config/parse.ts";
 import { EMBEDDED_CONFIG } from "../../src/cli/start.ts";
 import { JournalError } from "../../src/shell/ports.ts";
-import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { FENCEGATE_BIN, fatalLine, gatewayConfig, valve, writeUnconnectedConfig } from "../support/daemon.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-missing-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -44,19 +43,6 @@ async function fencegate(args: string[]): Promise<{ code: number; stdout: string
   }
 }
 
-function configFile(dir: string, journalPath: string, journal: Record<string, unknown> = {}): string {
-  const file = path.join(dir, "gateway.yaml");
-  const config = gatewayConfig({
-    brokerUrl: "mqtt://127.0.0.1:1",
-    journalPath,
-    journal,
-    buses: { sim: { type: "tcp", host: "127.0.0.1", port: 1, timeoutMs: 1000 } },
-    actuators: [valve("valve-1", "sim", 1)],
-  });
-  fs.writeFileSync(file, stringify(config));
-  return file;
-}
-
 describe("a missing journal", () => {
   it("is refused, not created, when creating is not asked for: the path and the two ways on", () => {
     const dir = newDir();
@@ -81,14 +67,10 @@ describe("a missing journal", () => {
   it("stops the daemon with exit 74 and the init command for its configuration, creating nothing", async () => {
     const dir = newDir();
     const journalDir = path.join(dir, "state");
-    const config = configFile(dir, path.join(journalDir, "journal.db"), { createIfMissing: false });
+    const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), path.join(journalDir, "journal.db"), { createIfMissing: false });
     const run = await fencegate(["daemon", "--config", config, "--log-format", "json"]);
     expect(run.code).toBe(74);
-    const fatal = run.stdout
-      .split("\n")
-      .filter(Boolean)
-      .map((l) => JSON.parse(l))
-      .find((l) => l.level === 60);
+    const fatal = fatalLine(run.stdout)!;
     expect(fatal).toMatchObject({ code: "JOURNAL_MISSING", init: `fencegate journal init --config ${config}` });
     expect(fs.existsSync(journalDir)).toBe(false);
   });
@@ -96,7 +78,7 @@ describe("a missing journal", () => {
   it("is created by `fencegate journal init`, once: a second init changes nothing", async () => {
     const dir = newDir();
     const file = path.join(dir, "journal.db");
-    const config = configFile(dir, file);
+    const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), file);
     const first = await fencegate(["journal", "init", "--config", config]);
     expect(first).toMatchObject({ code: 0, stdout: expect.stringContaining(`${file}: a new journal`) });
     const j = openSqliteJournal({ path: file, recentLimit: 8, createIfMissing: false });
@@ -112,7 +94,7 @@ describe("a missing journal", () => {
 
   it("is not created by `fencegate journal init` in a directory that is gone", async () => {
     const dir = newDir();
-    const config = configFile(dir, path.join(dir, "usb", "journal.db"));
+    const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), path.join(dir, "usb", "journal.db"));
     const run = await fencegate(["journal", "init", "--config", config]);
     expect(run.code).toBe(74);
     expect(run.stderr).toMatch(/usb does not exist/);

@@ -14,11 +14,10 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { build } from "esbuild";
 import { BUILD_OPTIONS } from "../../bin/build.mjs";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { gatewayConfig, valve } from "../support/daemon.ts";
+import { writeUnconnectedConfig } from "../support/daemon.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 /** Another Node's ABI than this one's: what a stale build was made for. */
@@ -62,17 +61,7 @@ beforeAll(async () => {
   j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "ctl", token: 3 } }]);
   j.close();
   config = path.join(install, "gateway.yaml");
-  fs.writeFileSync(
-    config,
-    stringify(
-      gatewayConfig({
-        brokerUrl: "mqtt://127.0.0.1:1",
-        journalPath: journal,
-        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
-        actuators: [valve("valve-1", "s", 1)],
-      }),
-    ),
-  );
+  writeUnconnectedConfig(config, journal);
 }, 120_000);
 
 afterAll(() => install && fs.rmSync(install, { recursive: true, force: true }));

@@ -9,9 +9,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { stringify } from "yaml";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, gatewayConfig, valve } from "../support/daemon.ts";
+import { FENCEGATE_BIN, writeUnconnectedConfig } from "../support/daemon.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-floor-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -26,17 +25,7 @@ function installation(): { config: string; journal: string } {
   j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "ctl", token: 5 } }]);
   j.close();
   const config = path.join(dir, "gateway.yaml");
-  fs.writeFileSync(
-    config,
-    stringify(
-      gatewayConfig({
-        brokerUrl: "mqtt://127.0.0.1:1",
-        journalPath: journal,
-        buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
-        actuators: [valve("valve-1", "s", 1)],
-      }),
-    ),
-  );
+  writeUnconnectedConfig(config, journal);
   return { config, journal };
 }
 

@@ -61,6 +61,32 @@ export function gatewayConfig(s: GatewaySetup): Record<string, unknown> {
   };
 }
 
+/**
+ * Writes, at `file`, the configuration of a daemon that is to stop before it connects to
+ * anything (the journal tests: what happens at start): its broker and its bus are at port 1,
+ * which nothing answers. Returns `file`.
+ */
+export function writeUnconnectedConfig(file: string, journalPath: string, journal: Record<string, unknown> = {}): string {
+  const config = gatewayConfig({
+    brokerUrl: "mqtt://127.0.0.1:1",
+    journalPath,
+    journal,
+    buses: { s: { type: "tcp", host: "127.0.0.1", port: 1, timeoutMs: 1000 } },
+    actuators: [valve("valve-1", "s", 1)],
+  });
+  writeFileSync(file, stringify(config));
+  return file;
+}
+
+/** The fatal (level 60) line among a daemon's JSON log lines (`--log-format json` on stdout). */
+export function fatalLine(stdout: string): LogLine | undefined {
+  return stdout
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as LogLine)
+    .find((l) => l.level === 60);
+}
+
 /** Fresh metrics ports to try when a drawn one was taken before the daemon bound it. */
 const METRICS_PORT_ATTEMPTS = 5;
 
