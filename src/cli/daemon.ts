@@ -6,7 +6,7 @@ import { loadConfigFile } from "../config/load.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { SystemdNotifier } from "../adapters/systemd/notify.ts";
 import { HttpListenError } from "../adapters/http/metrics.ts";
-import { LeftGroupError, startDaemon } from "../daemon.ts";
+import { LeftGroupError, startDaemon } from "../daemon/index.ts";
 import { JournalError } from "../shell/ports.ts";
 import { ActuatorConflictError, DuplicateGatewayError } from "../adapters/mqtt/presence.ts";
 import { LOG_FORMATS, prettyDestination, type LogFormat } from "./pretty-log.ts";

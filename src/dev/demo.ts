@@ -19,7 +19,7 @@ import { pino } from "pino";
 import { PLAIN, positionToRaw } from "../../packages/protocol/src/modbus-profile.ts";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { parseConfig } from "../config/parse.ts";
-import { startDaemon, type Daemon } from "../daemon.ts";
+import { startDaemon, type Daemon } from "../daemon/index.ts";
 import { embeddedBroker, type DevBroker } from "./broker.ts";
 
 const TTL_MS = 400;

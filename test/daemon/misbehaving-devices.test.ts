@@ -14,7 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createPtyPair, type PtyPair } from "../../firmware-bridge/src/pty.ts";
 import { openSqliteJournal } from "../../src/adapters/journal/sqlite.ts";
 import { parseConfig } from "../../src/config/parse.ts";
-import { startDaemon } from "../../src/daemon.ts";
+import { startDaemon } from "../../src/daemon/index.ts";
 import { TestController, type Json } from "../support/controller.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valvePoints } from "../support/daemon.ts";
 import {
