@@ -22,16 +22,6 @@ import type { Gateway } from "../shell/gateway.ts";
 import type { PublishingOutbox } from "../shell/outbox.ts";
 import { journalLag } from "./health.ts";
 
-export interface HttpSide {
-  readonly metrics: GatewayMetrics | null;
-  readonly board: StatusBoard | null;
-  /** The bound port, or null when HTTP is off. */
-  readonly port: number | null;
-  /** Closes the page's event streams and audit reader (they would hold the server and the journal's file open). */
-  closeRoutes(): void;
-  close(): Promise<void>;
-}
-
 export interface HttpParts {
   readonly health: HealthSource;
   readonly gateway: Gateway;
@@ -43,16 +33,26 @@ export interface HttpParts {
   readonly outbox: PublishingOutbox;
 }
 
-const HTTP_OFF: HttpSide = { metrics: null, board: null, port: null, closeRoutes: () => {}, close: () => Promise.resolve() };
+/**
+ * Made before it listens, as the gateway's first records and events may arrive while the port
+ * is being bound: the board and the metrics take them from the moment they exist.
+ */
+export class HttpSide {
+  readonly metrics: GatewayMetrics | null = null;
+  readonly board: StatusBoard | null = null;
+  private readonly statusRoutes: StatusRoutes | null = null;
+  private server: Server | null = null;
 
-export async function startHttp(config: GatewayConfig, parts: HttpParts, log: Logger): Promise<HttpSide> {
-  if (!config.metrics.enabled) return HTTP_OFF;
-  const { health, gateway, journal, link, buses, member, outbox } = parts;
-  const metrics = new GatewayMetrics(health);
-  let board: StatusBoard | null = null;
-  let statusRoutes: StatusRoutes | null = null;
-  if (config.metrics.statusPage.enabled) {
-    board = new StatusBoard({
+  constructor(
+    private readonly config: GatewayConfig,
+    private readonly parts: HttpParts,
+  ) {
+    if (!config.metrics.enabled) return;
+    const { health, gateway, journal, link, buses, member, outbox } = parts;
+    const metrics = (this.metrics = new GatewayMetrics(health));
+    outbox.watch({ event: (actuator, event) => metrics.onEvent(actuator, event) });
+    if (!config.metrics.statusPage.enabled) return;
+    const board = (this.board = new StatusBoard({
       gatewayId: config.gatewayId,
       version: packageVersion(),
       actuators: config.actuators.map(actuatorInfo),
@@ -65,40 +65,48 @@ export async function startHttp(config: GatewayConfig, parts: HttpParts, log: Lo
         healthProblem: () => health.problem(),
         ...(member ? { group: () => ({ phase: member.phase, etcdProblem: member.etcdProblem() }) } : {}),
       },
-    });
-    statusRoutes = new StatusRoutes({
+    }));
+    outbox.watch({ event: (actuator, event) => board.event(actuator, event), view: (view) => board.state(view) });
+    this.statusRoutes = new StatusRoutes({
       board,
       openAudit: () => AuditReader.open(config.journal.path),
       whenDurable: () => gateway.committer.whenDurable(),
       maxEventStreams: config.metrics.statusPage.maxEventStreams,
     });
   }
-  let server: Server;
-  try {
-    server = await serveHttp(config.metrics.host, config.metrics.port, metrics, health, {
-      status: statusRoutes,
-      auth: httpAuth(config),
-      maxConnections: config.metrics.statusPage.maxEventStreams + 64,
-      hostNames: config.metrics.hostNames,
-    });
-  } catch (err) {
-    statusRoutes?.close();
-    throw err;
+
+  /** Binds the port (when HTTP is on); on a failure the page's routes are closed again. */
+  async listen(log: Logger): Promise<void> {
+    const { config, metrics } = this;
+    if (metrics === null) return;
+    try {
+      this.server = await serveHttp(config.metrics.host, config.metrics.port, metrics, this.parts.health, {
+        status: this.statusRoutes,
+        auth: httpAuth(config),
+        maxConnections: config.metrics.statusPage.maxEventStreams + 64,
+        hostNames: config.metrics.hostNames,
+      });
+    } catch (err) {
+      this.closeRoutes();
+      throw err;
+    }
+    sayWhoMayAsk(config, log);
   }
-  sayWhoMayAsk(config, log);
-  outbox.watch({ event: (actuator, event) => metrics.onEvent(actuator, event) });
-  if (board) {
-    const b = board;
-    outbox.watch({ event: (actuator, event) => b.event(actuator, event), view: (view) => b.state(view) });
+
+  /** The bound port, or null when HTTP is off. */
+  get port(): number | null {
+    const address = this.server?.address();
+    return typeof address === "object" && address !== null ? address.port : null;
   }
-  const address = server.address();
-  return {
-    metrics,
-    board,
-    port: typeof address === "object" && address !== null ? address.port : null,
-    closeRoutes: () => statusRoutes?.close(),
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
-  };
+
+  /** Closes the page's event streams and audit reader (they would hold the server and the journal's file open). */
+  closeRoutes(): void {
+    this.statusRoutes?.close();
+  }
+
+  close(): Promise<void> {
+    return new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
 }
 
 function sayWhoMayAsk(config: GatewayConfig, log: Logger): void {

@@ -17,7 +17,7 @@ import { UnservedActuators } from "../shell/unserved.ts";
 import { actuatorBindings, openBuses, wireBuses } from "./buses.ts";
 import { groupMember } from "./group.ts";
 import { healthSource, Lifecycle } from "./health.ts";
-import { startHttp, type HttpSide } from "./http.ts";
+import { HttpSide } from "./http.ts";
 import { openJournal } from "./journal.ts";
 import { StartupProbe } from "./presence.ts";
 
@@ -85,8 +85,9 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   );
   if (config.group !== undefined) member = groupMember(config, gateway, buses, link, unserved, log);
   const health = healthSource({ lifecycle, journal, gateway, link, buses, member });
+  http = new HttpSide(config, { health, gateway, journal, link, buses, member, outbox });
   try {
-    http = await startHttp(config, { health, gateway, journal, link, buses, member, outbox }, log);
+    await http.listen(log);
   } catch (err) {
     gateway.stop();
     journal.close();
