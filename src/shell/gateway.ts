@@ -41,9 +41,9 @@ import {
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { admit, type Door } from "../core/admission.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
+import { DeviceSupervisor } from "./device-supervision.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
 import {
-  DeviceAnswerError,
   DeviceMismatchError,
   type Clock,
   type DevicePort,
@@ -104,15 +104,6 @@ export interface GatewayDeps {
 const SECRET_BYTES = 32;
 
 /**
- * After applied writes, the device is read back once commands to it have paused this long
- * (or after the poll interval, if shorter), not after every command: see {@link ActuatorRuntime.readBackSoon}.
- */
-export const READ_BACK_SETTLE_MS = 100;
-
-/** Polls in a row whose answer was unusable (malformed, an exception) after which the actuator is reported offline. */
-const OFFLINE_AFTER_BAD_POLLS = 2;
-
-/**
  * Whether two views say the same, but for what changes every millisecond (the time, the
  * points' age, the lease's countdown): a state is published on a change of substance only.
  * Compared in place: building a key of each view (JSON) cost two strings per command.
@@ -171,9 +162,8 @@ class ActuatorRuntime {
   private shown: ActuatorState;
   /** The fence before the command now at the device: shown until the device answers it. */
   private fenceBeforeWrite: Fence;
-  points: PointValues = {};
-  /** Monotonic time the device last answered a read of its points; null: not yet. */
-  private pointsReadAtMs: number | null = null;
+  /** Polls, read-backs, and whether the device counts as online (src/shell/device-supervision.ts). */
+  readonly device: DeviceSupervisor;
   fenceKnown: boolean;
   /** Gateway group: taken over in this term (the group's token and the device's fence raised). */
   secured = false;
@@ -186,20 +176,7 @@ class ActuatorRuntime {
   /** Inputs that arrived meanwhile, decided in order once no grant is unsettled. */
   private waiting: Input[] = [];
   private cancelWake: (() => void) | null = null;
-  private cancelPoll: (() => void) | null = null;
-  /** Bumped when polling starts or stops, so a poll still in flight does not re-arm an old loop. */
-  private pollEpoch = 0;
-  private polling: Promise<boolean> | null = null;
-  /** When the pending read-back is due, and its timer (armed at most once at a time). */
-  private readBackAtMs = 0;
-  private cancelReadBack: (() => void) | null = null;
   private lastPublished: StateView | null = null;
-  /** The bus's word on the unit: answering, or not and why. */
-  private link: { online: boolean; reason: string | null } = { online: false, reason: null };
-  /** Why the device is not the one configured (fenced identity), or null. */
-  private mismatch: string | null = null;
-  /** Polls in a row that got an unusable answer, and what the last one was. */
-  private badPolls = { count: 0, reason: "" };
   closed = false;
 
   constructor(
@@ -211,6 +188,22 @@ class ActuatorRuntime {
     this.shown = this.state;
     this.fenceBeforeWrite = this.state.fence;
     this.fenceKnown = !binding.fenced;
+    const { clock, scheduler, log } = gw.deps;
+    this.device = new DeviceSupervisor(
+      { actuator: binding.id, device: binding.device, pollIntervalMs: binding.pollIntervalMs, clock, scheduler, log },
+      {
+        changed: (online) => {
+          if (online !== this.state.online) this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
+          else this.publishState(); // the problem or the points may have changed
+        },
+        answered: () => {
+          if (!this.fenceKnown || (this.gw.deps.group !== undefined && !this.secured)) void this.learnFence(); // an earlier attempt failed: retry
+        },
+        foreign: () => {
+          this.fenceKnown = !binding.fenced; // whatever answers now, its fence is not the one read
+        },
+      },
+    );
   }
 
   get id(): string {
@@ -384,10 +377,7 @@ class ActuatorRuntime {
           }
         }
         this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
-        if (outcome.kind === "applied") {
-          this.points = { ...this.points, ...outcome.applied };
-          this.readBackSoon();
-        }
+        if (outcome.kind === "applied") this.device.applied(outcome.applied);
       })
       .catch((err: unknown) => this.gw.fatal(err));
   }
@@ -410,7 +400,7 @@ class ActuatorRuntime {
       } else this.gw.deps.log.info(fields, "device fence read");
       this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
     } catch (err) {
-      if (err instanceof DeviceMismatchError) this.noteUnusable(err);
+      if (err instanceof DeviceMismatchError) this.device.noteUnusable(err);
       else
         this.gw.deps.log.warn(
           { actuator: this.id, err },
@@ -420,47 +410,11 @@ class ActuatorRuntime {
   }
 
   linkChanged(online: boolean, reason: string | null): void {
-    this.link = { online, reason };
-    this.updateOnline();
+    this.device.linkChanged(online, reason);
     if (online) {
       void this.learnFence();
-      void this.poll();
+      void this.device.poll();
     }
-  }
-
-  /**
-   * Why the actuator is offline or cannot be leased, for the state: the device is not the
-   * one configured, its unit does not answer on the bus, or its polls get unusable answers.
-   */
-  get problem(): string | null {
-    if (this.mismatch !== null) return this.mismatch;
-    if (!this.link.online) return this.link.reason;
-    return this.badPolls.count >= OFFLINE_AFTER_BAD_POLLS
-      ? `The device's last ${this.badPolls.count} polls got unusable answers (the last: ${this.badPolls.reason}).`
-      : null;
-  }
-
-  /** Online for the core: the unit answers, the device is the one configured, and its polls succeed. */
-  private updateOnline(): void {
-    const online = this.link.online && this.mismatch === null && this.badPolls.count < OFFLINE_AFTER_BAD_POLLS;
-    if (online !== this.state.online) this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
-    else this.publishState(); // the problem or the points may have changed
-  }
-
-  /** A poll or fence read got an answer that cannot be used: count it, or (a foreign device) stop at once. */
-  private noteUnusable(err: DeviceAnswerError | DeviceMismatchError): void {
-    const { log } = this.gw.deps;
-    if (err instanceof DeviceMismatchError) {
-      if (this.mismatch !== err.message)
-        log.error({ actuator: this.id, problem: err.message }, "device mismatch: not the device configured");
-      this.mismatch = err.message;
-      this.fenceKnown = !this.binding.fenced; // whatever answers now, its fence is not the one read
-    } else {
-      this.badPolls = { count: this.badPolls.count + 1, reason: err.message };
-      if (this.badPolls.count === OFFLINE_AFTER_BAD_POLLS)
-        log.warn({ actuator: this.id, problem: err.message }, "device answers polls unusably; reported offline");
-    }
-    this.updateOnline();
   }
 
   /** Alone: read the device's fence. In a group, while active: take the actuator over (once per term). */
@@ -526,81 +480,8 @@ class ActuatorRuntime {
   standDown(): void {
     this.secured = false;
     this.fenceKnown = !this.binding.fenced;
-    this.link = { online: false, reason: "This gateway stands by in its group: the active gateway drives the device." };
-    this.pollEpoch++;
-    this.cancelPoll?.();
-    this.cancelPoll = null;
-    this.cancelReadBack?.();
-    this.cancelReadBack = null;
+    this.device.standDown();
     this.gw.now((nowMs) => this.dispatch({ type: "stepDown", nowMs }));
-  }
-
-  /** Reads the live points; concurrent callers share the read in progress. */
-  poll(): Promise<boolean> {
-    if (this.closed) return Promise.resolve(false);
-    this.polling ??= this.binding.device
-      .read()
-      .then((points) => {
-        this.notePointFaults(points);
-        this.points = points;
-        this.mismatch = null;
-        this.badPolls = { count: 0, reason: "" };
-        this.pointsReadAtMs = this.gw.deps.clock.monotonicMs();
-        this.updateOnline();
-        if (!this.fenceKnown || (this.gw.deps.group !== undefined && !this.secured)) void this.learnFence(); // an earlier attempt failed: retry
-        return true;
-      })
-      .catch((err: unknown) => {
-        // A device that does not answer at all is reported offline by the bus.
-        if (err instanceof DeviceAnswerError || err instanceof DeviceMismatchError) this.noteUnusable(err);
-        return false;
-      })
-      .finally(() => {
-        this.polling = null;
-      });
-    return this.polling;
-  }
-
-  /** Logs a point whose reading turned into something other than a finite number. */
-  private notePointFaults(points: PointValues): void {
-    for (const [point, value] of Object.entries(points)) {
-      if (!Number.isFinite(value) && Number.isFinite(this.points[point] ?? 0)) {
-        this.gw.deps.log.warn({ actuator: this.id, point, value: String(value) }, "point fault: the reading is not a finite number");
-      }
-    }
-  }
-
-  /**
-   * Reads the device back once writes to it have paused for READ_BACK_SETTLE_MS. A read-back
-   * after every command (FC06 keep-alive + FC03, or a share of a poll in progress) put about
-   * one more transaction on the bus per command (bench: 36 others/s beside 36 commands/s on
-   * a shared line) and queued the next command behind it. The applied setpoints are in the
-   * published state at once; the regular poll keeps running under a steady stream of commands.
-   */
-  private readBackSoon(): void {
-    const { scheduler, clock } = this.gw.deps;
-    this.readBackAtMs = clock.monotonicMs() + Math.min(READ_BACK_SETTLE_MS, this.binding.pollIntervalMs);
-    if (this.cancelReadBack !== null || this.closed) return;
-    const arm = (atMs: number) => {
-      this.cancelReadBack = scheduler.at(atMs, () => {
-        if (clock.monotonicMs() < this.readBackAtMs) return arm(this.readBackAtMs); // written again meanwhile
-        this.cancelReadBack = null;
-        void this.poll();
-      });
-    };
-    arm(this.readBackAtMs);
-  }
-
-  startPolling(): void {
-    const epoch = ++this.pollEpoch;
-    const loop = () => {
-      if (this.closed || epoch !== this.pollEpoch) return;
-      void this.poll().finally(() => {
-        if (!this.closed && epoch === this.pollEpoch)
-          this.cancelPoll = this.gw.deps.scheduler.at(this.gw.deps.clock.monotonicMs() + this.binding.pollIntervalMs, loop);
-      });
-    };
-    loop();
   }
 
   /** What may be shown of this actuator now: its durable decisions only. */
@@ -612,7 +493,7 @@ class ActuatorRuntime {
     const safe = snapshot.safeWrite;
     const points: Record<string, number> = {};
     const pointFaults: Record<string, string> = {};
-    for (const [name, value] of Object.entries(this.points)) {
+    for (const [name, value] of Object.entries(this.device.points)) {
       if (Number.isFinite(value)) points[name] = value;
       else pointFaults[name] = `reads ${value}, not a finite number`;
     }
@@ -622,9 +503,9 @@ class ActuatorRuntime {
       lease: viewLease(snapshot.lease, nowMs),
       fence: snapshot.fence,
       points,
-      pointsAgeMs: this.pointsReadAtMs === null ? null : nowMs - this.pointsReadAtMs,
+      pointsAgeMs: this.device.pointsReadAtMs === null ? null : nowMs - this.device.pointsReadAtMs,
       pointFaults,
-      problem: snapshot.online ? null : this.problem,
+      problem: snapshot.online ? null : this.device.problem,
       gateway: this.gw.deps.gatewayId,
       safeWrite:
         safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
@@ -638,7 +519,7 @@ class ActuatorRuntime {
    * `pointsAgeMs` says how old the points are: never a stale read passed off as fresh.
    */
   async readNow(): Promise<StateView> {
-    const answered = await this.poll();
+    const answered = await this.device.poll();
     const view = this.view();
     return answered ? view : { ...view, online: false, problem: view.problem ?? "The device did not answer this read." };
   }
@@ -665,8 +546,7 @@ class ActuatorRuntime {
   stop(): void {
     this.closed = true;
     this.cancelWake?.();
-    this.cancelPoll?.();
-    this.cancelReadBack?.();
+    this.device.stop();
   }
 }
 
@@ -706,7 +586,7 @@ export class Gateway {
   start(): void {
     for (const rt of this.runtimes.values()) {
       this.now((nowMs) => rt.dispatch({ type: "restart", nowMs }));
-      rt.startPolling();
+      rt.device.startPolling();
     }
   }
 
@@ -721,7 +601,7 @@ export class Gateway {
     const runtimes = [...this.runtimes.values()];
     await Promise.all(runtimes.map((rt) => rt.secure()));
     if (!this.serving) return;
-    for (const rt of runtimes) rt.startPolling();
+    for (const rt of runtimes) rt.device.startPolling();
   }
 
   /** Gateway group: no longer active (device I/O has already stopped). Leases end; nothing more is sent. */
@@ -783,7 +663,7 @@ export class Gateway {
       accepting: this.accepting,
       takenOver: this.deps.group === undefined ? null : rt.secured,
       fenceKnown: rt.fenceKnown,
-      problem: rt.problem,
+      problem: rt.device.problem,
       defaultDeadlineMs: rt.binding.defaultDeadlineMs,
       journalBehind: verb === "command" && this.committer.saturatedFor(rt.id) ? this.journalBehindMessage(rt) : undefined,
       // Drawn here, not in the core, which stays free of randomness.
@@ -808,7 +688,7 @@ export class Gateway {
 
   /** Reads an actuator's device now, outside its poll schedule (e.g. its bus has just opened). */
   pollNow(actuator: string): void {
-    void this.runtimes.get(actuator)?.poll();
+    void this.runtimes.get(actuator)?.device.poll();
   }
 
   /**
@@ -878,6 +758,6 @@ export class Gateway {
   }
 
   points(actuator: string): PointValues | undefined {
-    return this.runtimes.get(actuator)?.points;
+    return this.runtimes.get(actuator)?.device.points;
   }
 }

@@ -35,7 +35,6 @@ const EXPORTED_FOR_OWN_FILE: string[] = [
   "src/config/schema.ts: tcpEndpoint",
   "src/core/actuator.ts: safeRetryDelayMs",
   "src/core/actuator.ts: outcomeReply",
-  "src/shell/gateway.ts: READ_BACK_SETTLE_MS",
   "src/shell/refusal-summary.ts: REFUSAL_SUMMARY_MS",
   "src/shell/refusal-summary.ts: MAX_SUMMARY_KEYS",
 ];
