@@ -1,7 +1,7 @@
 /**
  * What holds of the core's state after every step, and across one step (the state before,
  * the input, the state after and the effects), whatever the inputs. The core's tests assert
- * them after every step they feed (test/core/harness.ts) and the simulator after every step
+ * them after every step they feed (test/unit/core/harness.ts) and the simulator after every step
  * of every seed (src/sim/run.ts), beside its history checker: the checker judges what the
  * world saw, these judge the decisions as they are made.
  *

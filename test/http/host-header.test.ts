@@ -8,7 +8,7 @@ import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GatewayMetrics, serveHttp, type HealthSource } from "../../src/adapters/http/metrics.ts";
 import { parseConfig } from "../../src/config/parse.ts";
-import { minimalConfig } from "../config/fixture.ts";
+import { minimalConfig } from "../support/config-fixture.ts";
 
 const health: HealthSource = {
   problem: () => null,

@@ -21,8 +21,8 @@ import {
   type LeadershipEvent,
   type LeadershipInput,
   type LeadershipState,
-} from "../../src/core/leadership.ts";
-import { Prng } from "../../src/sim/prng.ts";
+} from "../../../src/core/leadership.ts";
+import { Prng } from "../../../src/sim/prng.ts";
 
 interface Fault {
   readonly member: number;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { GATEWAY_HOLDER, initialState, nextWakeMs, step } from "../../src/core/actuator.ts";
-import type { ActuatorConfig, Effect } from "../../src/core/types.ts";
+import { GATEWAY_HOLDER, initialState, nextWakeMs, step } from "../../../src/core/actuator.ts";
+import type { ActuatorConfig, Effect } from "../../../src/core/types.ts";
 import { CONFIG, CoreDriver, codeOf, replyTo, tokenOf } from "./harness.ts";
 
 describe("lease transitions", () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { canonicalForm, sign, verify } from "../../packages/protocol/src/index.ts";
-import { CoreDriver, codeOf } from "../core/harness.ts";
+import { canonicalForm, sign, verify } from "../../../packages/protocol/src/index.ts";
+import { CoreDriver, codeOf } from "./harness.ts";
 
 const FIELDS = {
   verb: "command",

@@ -1,6 +1,6 @@
 /** Which actuators a gateway says nothing serves, and what their retained state says. */
 import { describe, expect, it } from "vitest";
-import { MAX_UNSERVED_ACTUATORS, UnservedActuators } from "../../src/shell/unserved.ts";
+import { MAX_UNSERVED_ACTUATORS, UnservedActuators } from "../../../src/shell/unserved.ts";
 
 const clock = { monotonicMs: () => 0, wallNow: () => new Date("2026-12-06T12:00:00Z") };
 const journal = (entries: Record<string, [number, number | null]>) =>

@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { describe, expect, it } from "vitest";
-import { loadConfigFile } from "../../src/config/load.ts";
-import { parseConfig } from "../../src/config/parse.ts";
-import { minimalConfig } from "./fixture.ts";
-import { fileProblemsOf, onlyProblem, pathsOf } from "./helpers.ts";
+import { loadConfigFile } from "../../../src/config/load.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
+import { fileProblemsOf, onlyProblem, pathsOf } from "../../support/config-problems.ts";
 
 /** The fixture with only fenced actuators (its damper is plain) and the given group section. */
 function grouped(group: Record<string, unknown>): Record<string, any> {

@@ -1,11 +1,11 @@
-import { FENCED } from "../../packages/protocol/src/modbus-profile.ts";
+import { FENCED } from "../../../packages/protocol/src/modbus-profile.ts";
 import { readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { actuatorCoreConfig } from "../../src/config/core.ts";
-import { loadConfigFile } from "../../src/config/load.ts";
+import { actuatorCoreConfig } from "../../../src/config/core.ts";
+import { loadConfigFile } from "../../../src/config/load.ts";
 
-const CONFIG_DIR = resolve(import.meta.dirname, "../../config");
+const CONFIG_DIR = resolve(import.meta.dirname, "../../../config");
 const examples = readdirSync(CONFIG_DIR).filter((f) => f.endsWith(".yaml"));
 
 describe("example configuration files", () => {

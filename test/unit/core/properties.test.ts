@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { GATEWAY_HOLDER, isLive } from "../../src/core/actuator.ts";
-import type { ActuatorConfig, Effect, Outcome, Reply } from "../../src/core/types.ts";
+import { GATEWAY_HOLDER, isLive } from "../../../src/core/actuator.ts";
+import type { ActuatorConfig, Effect, Outcome, Reply } from "../../../src/core/types.ts";
 import { CONFIG, CoreDriver } from "./harness.ts";
 
 const HOLDERS = ["A", "B", "C"] as const;

@@ -5,9 +5,9 @@
  */
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { DeviceSupervisor } from "../../src/shell/device-supervision.ts";
-import { DeviceAnswerError, DeviceMismatchError, type DevicePort } from "../../src/shell/ports.ts";
-import { World } from "../../src/sim/world.ts";
+import { DeviceSupervisor } from "../../../src/shell/device-supervision.ts";
+import { DeviceAnswerError, DeviceMismatchError, type DevicePort } from "../../../src/shell/ports.ts";
+import { World } from "../../../src/sim/world.ts";
 
 type Answer = { position: number } | Error;
 

@@ -1,6 +1,6 @@
 /** An actuator whose every token up to 2^53−1 was granted: its own code and sentence, not INTERNAL. */
 import { describe, expect, it } from "vitest";
-import { initialState, step } from "../../src/core/actuator.ts";
+import { initialState, step } from "../../../src/core/actuator.ts";
 import { CONFIG, codeOf, replyTo } from "./harness.ts";
 
 const MAX = Number.MAX_SAFE_INTEGER;

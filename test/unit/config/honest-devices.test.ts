@@ -5,10 +5,10 @@
  * deadlines they serve, and the write function per actuator.
  */
 import { describe, expect, it } from "vitest";
-import { parseConfig } from "../../src/config/parse.ts";
-import { isLoopbackHost } from "../../src/config/schema.ts";
-import { minimalConfig } from "./fixture.ts";
-import { onlyProblem, pathsOf, problemsOf } from "./helpers.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { isLoopbackHost } from "../../../src/config/schema.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
+import { onlyProblem, pathsOf, problemsOf } from "../../support/config-problems.ts";
 
 describe("point scales", () => {
   it("refuses scale 1e300 on a u32: its range times the scale is not a finite number", () => {

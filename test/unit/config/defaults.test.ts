@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { actuatorCoreConfig } from "../../src/config/core.ts";
-import { parseConfig } from "../../src/config/parse.ts";
-import { minimalConfig } from "./fixture.ts";
+import { actuatorCoreConfig } from "../../../src/config/core.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
 
 describe("defaults", () => {
   it("every optional section and setting takes its documented default", () => {

@@ -2,11 +2,11 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { loadConfigFile, loadConfigText } from "../../src/config/load.ts";
-import { parseConfig } from "../../src/config/parse.ts";
-import { ConfigError } from "../../src/config/problems.ts";
-import { minimalConfig } from "./fixture.ts";
-import { onlyProblem, pathsOf, problemsOf } from "./helpers.ts";
+import { loadConfigFile, loadConfigText } from "../../../src/config/load.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { ConfigError } from "../../../src/config/problems.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
+import { onlyProblem, pathsOf, problemsOf } from "../../support/config-problems.ts";
 
 function loadError(text: string): ConfigError {
   try {

@@ -6,11 +6,11 @@
  */
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
-import type { Gateway } from "../../src/shell/gateway.ts";
-import type { DevicePort, OutboundReply } from "../../src/shell/ports.ts";
-import { startInProcessGateway } from "../support/in-process-gateway.ts";
-import { until } from "../support/watch.ts";
+import { MemoryJournal } from "../../../src/adapters/journal/memory.ts";
+import type { Gateway } from "../../../src/shell/gateway.ts";
+import type { DevicePort, OutboundReply } from "../../../src/shell/ports.ts";
+import { startInProcessGateway } from "../../support/in-process-gateway.ts";
+import { until } from "../../support/watch.ts";
 
 const A = "valve-1";
 const turn = () => new Promise<void>((r) => setImmediate(r));

@@ -1,8 +1,8 @@
 /** The core's part in a gateway group: takeover, stepping down, a grant the group could not confirm. */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { GATEWAY_HOLDER } from "../../src/core/actuator.ts";
-import type { ActuatorConfig, Effect } from "../../src/core/types.ts";
+import { GATEWAY_HOLDER } from "../../../src/core/actuator.ts";
+import type { ActuatorConfig, Effect } from "../../../src/core/types.ts";
 import { CONFIG, CoreDriver, codeOf, replyTo, tokenOf } from "./harness.ts";
 
 const persists = (effects: readonly Effect[]) =>

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { admit, type Door } from "../../src/core/admission.ts";
+import { admit, type Door } from "../../../src/core/admission.ts";
 
 const open: Door = {
   accepting: true,

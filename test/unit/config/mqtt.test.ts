@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { loadConfigFile } from "../../src/config/load.ts";
-import { parseConfig } from "../../src/config/parse.ts";
-import { minimalConfig } from "./fixture.ts";
-import { fileProblemsOf, onlyProblem, pathsOf } from "./helpers.ts";
+import { loadConfigFile } from "../../../src/config/load.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
+import { fileProblemsOf, onlyProblem, pathsOf } from "../../support/config-problems.ts";
 
 function writeConfig(mqtt: Record<string, unknown>, files: Record<string, string> = {}): string {
   const dir = mkdtempSync(join(tmpdir(), "fencegate-config-"));

@@ -1,8 +1,8 @@
 /** A tiny driver for the pure core: feeds inputs, keeps the state, collects effects, asserts the invariants after every step. */
-import { EMPTY_SNAPSHOT, initialState, step, type DurableSnapshot } from "../../src/core/actuator.ts";
-import { afterRestart, applyRecord } from "../../src/core/durable.ts";
-import { assertStep } from "../../src/core/invariants.ts";
-import type { ActuatorConfig, ActuatorState, AuditRecord, Effect, Input, Outcome, Reply } from "../../src/core/types.ts";
+import { EMPTY_SNAPSHOT, initialState, step, type DurableSnapshot } from "../../../src/core/actuator.ts";
+import { afterRestart, applyRecord } from "../../../src/core/durable.ts";
+import { assertStep } from "../../../src/core/invariants.ts";
+import type { ActuatorConfig, ActuatorState, AuditRecord, Effect, Input, Outcome, Reply } from "../../../src/core/types.ts";
 
 export const CONFIG: ActuatorConfig = {
   points: {

@@ -14,7 +14,7 @@ import {
   type LeadershipEffect,
   type LeadershipEvent,
   type LeadershipState,
-} from "../../src/core/leadership.ts";
+} from "../../../src/core/leadership.ts";
 
 const CONFIG = leadershipConfig(6000, 1000); // renew every 2000, retry and look every 250
 

@@ -1,9 +1,9 @@
 /** The invariants have teeth: each names what a broken state or step breaks, and the harness's assertion throws on it. */
 import { describe, expect, it } from "vitest";
-import { EMPTY_SNAPSHOT, initialState, step } from "../../src/core/actuator.ts";
-import { assertStep, InvariantError, stateViolations, stepViolations } from "../../src/core/invariants.ts";
-import type { Input } from "../../src/core/types.ts";
-import { grantReplyBeforeDurableStep } from "../sim/broken-steps.ts";
+import { EMPTY_SNAPSHOT, initialState, step } from "../../../src/core/actuator.ts";
+import { assertStep, InvariantError, stateViolations, stepViolations } from "../../../src/core/invariants.ts";
+import type { Input } from "../../../src/core/types.ts";
+import { grantReplyBeforeDurableStep } from "../../sim/broken-steps.ts";
 import { CONFIG, CoreDriver } from "./harness.ts";
 
 describe("core invariants", () => {

@@ -4,8 +4,8 @@
  * order; watchers see everything.
  */
 import { describe, expect, it } from "vitest";
-import { EVENTS_BEFORE_CONNECT_LIMIT, PublishingOutbox, type Publisher } from "../../src/shell/outbox.ts";
-import type { OutboundReply, StateView } from "../../src/shell/ports.ts";
+import { EVENTS_BEFORE_CONNECT_LIMIT, PublishingOutbox, type Publisher } from "../../../src/shell/outbox.ts";
+import type { OutboundReply, StateView } from "../../../src/shell/ports.ts";
 
 type Event = Parameters<Publisher["event"]>[1];
 const event = (token: number): Event => ({ type: "expired", holder: "line-a", token, at: new Date(0) }) as unknown as Event;

@@ -15,8 +15,8 @@ import { parseConfig } from "../../src/config/parse.ts";
 import { ConfigError } from "../../src/config/problems.ts";
 import { isLoopbackHost } from "../../src/config/schema.ts";
 import { FENCEGATE_BIN } from "../support/daemon.ts";
-import { minimalConfig } from "./fixture.ts";
-import { onlyProblem } from "./helpers.ts";
+import { minimalConfig } from "../support/config-fixture.ts";
+import { onlyProblem } from "../support/config-problems.ts";
 
 function withMetrics(metrics: Record<string, unknown>) {
   const c = minimalConfig();

@@ -6,10 +6,10 @@
  * hand.
  */
 import { describe, expect, it } from "vitest";
-import { MemoryJournal } from "../../src/adapters/journal/memory.ts";
-import type { Outcome } from "../../src/core/types.ts";
-import type { DeviceCommand, DevicePort, OutboundReply, StateView } from "../../src/shell/ports.ts";
-import { startInProcessGateway } from "../support/in-process-gateway.ts";
+import { MemoryJournal } from "../../../src/adapters/journal/memory.ts";
+import type { Outcome } from "../../../src/core/types.ts";
+import type { DeviceCommand, DevicePort, OutboundReply, StateView } from "../../../src/shell/ports.ts";
+import { startInProcessGateway } from "../../support/in-process-gateway.ts";
 
 const A = "valve-1";
 const turn = () => new Promise<void>((r) => setImmediate(r));

@@ -3,11 +3,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
-import { loadConfigText } from "../../src/config/load.ts";
-import { parseConfig } from "../../src/config/parse.ts";
-import type { ConfigError, ConfigProblem } from "../../src/config/problems.ts";
-import { minimalConfig } from "./fixture.ts";
-import { onlyProblem, pathsOf } from "./helpers.ts";
+import { loadConfigText } from "../../../src/config/load.ts";
+import { parseConfig } from "../../../src/config/parse.ts";
+import type { ConfigError, ConfigProblem } from "../../../src/config/problems.ts";
+import { minimalConfig } from "../../support/config-fixture.ts";
+import { onlyProblem, pathsOf } from "../../support/config-problems.ts";
 
 describe("cross-field checks", () => {
   it("the minimal fixture is valid", () => {
