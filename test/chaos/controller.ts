@@ -8,18 +8,42 @@
  * synchronously (a SIGKILL loses nothing already seen), stamped with `mono`: CLOCK_MONOTONIC
  * in ms, comparable between the processes of one machine.
  *
- * The k-th command of a Lease object sets position = positionFor(base + k), `base` random
- * per Lease: the device's applied log records only (token, device seq, position), so the
- * checker finds each applied command there by (token, position); and a controller restarted
- * within its TTL (same token again) sets other positions than its previous life did, so an
- * old outcome handed out as a new command's shows.
+ * Every command of a holder sets a position of its own: positionFor(k), k counting on over the
+ * holder's whole run (its lives continue from what its log file says it sent). The device's
+ * applied log records only (token, device seq, position), so the checker finds each applied
+ * command there by (token, position); and a controller restarted within its TTL (same token
+ * again) must not set a position its previous life set, or the checker could not tell the two
+ * apart, and an old outcome handed out as a new command's would not show. (A random start per
+ * lease made such repeats merely unlikely: two showed in a 60-kill run.) Zombies count in a
+ * range of their own.
  */
-import { closeSync, openSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, writeSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { FencegateClient, FencegateError, FencegateTimeoutError, LeaseLostError, type Lease } from "fencegate-client";
 import { monoMs, positionFor } from "./history.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Commands take positionFor(k) for k in [0, ZOMBIE_K); zombies k in [ZOMBIE_K, 2 × ZOMBIE_K). */
+const ZOMBIE_K = 5_000;
+
+/** Where this holder's earlier lives (the same log file) left the two counters. */
+function countersFrom(file: string): { command: number; zombie: number } {
+  const counters = { command: 0, zombie: 0 };
+  if (!existsSync(file)) return counters;
+  for (const line of readFileSync(file, "utf8").split("\n")) {
+    if (!line.startsWith('{"ev":"sent"')) continue;
+    let k: number;
+    try {
+      k = Math.round((JSON.parse(line) as { position: number }).position * 100);
+    } catch {
+      continue; // a line cut short by a SIGKILL: the harness reports it
+    }
+    if (k < ZOMBIE_K) counters.command = Math.max(counters.command, k + 1);
+    else counters.zombie = Math.max(counters.zombie, k - ZOMBIE_K + 1);
+  }
+  return counters;
+}
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -40,6 +64,7 @@ async function main(): Promise<void> {
   const ttlMs = Number(values["ttl-ms"]);
   const gapMs = Number(values["gap-ms"]);
   const zombieRate = Number(values["zombie-rate"]);
+  const counters = countersFrom(values.log);
   const fd = openSync(values.log, "a");
   const log = (entry: Record<string, unknown>) => writeSync(fd, JSON.stringify({ ...entry, mono: monoMs(), holder }) + "\n");
   let stopping = false;
@@ -87,10 +112,9 @@ async function main(): Promise<void> {
     log({ ev: "granted", token: lease.token, sentMono });
     let reason = "";
     lease.on("lost", (why: Error) => (reason = why.message));
-    const base = Math.floor(Math.random() * 10_000);
     let next = 0;
     for (let k = 0; !stopping && !abandon; k++) {
-      const position = positionFor(base + k);
+      const position = positionFor(counters.command++ % ZOMBIE_K);
       log({ ev: "sent", token: lease.token, seq: k, position });
       try {
         const done = await lease.command({ position }, { timeoutMs: 1000, retries: 1 });
@@ -129,7 +153,7 @@ async function main(): Promise<void> {
     // The zombie: a controller that decided before its pause and acts after it, with the
     // token it no longer holds (past the library's own checks). The gateway must refuse it
     // unless that lease is in fact still live there; the checker holds it to that.
-    if (Math.random() < zombieRate) await zombie(client, lease.token, next + 1000, positionFor(base + 5000));
+    if (Math.random() < zombieRate) await zombie(client, lease.token, next + 1000, positionFor(ZOMBIE_K + (counters.zombie++ % ZOMBIE_K)));
   }
   await client?.mqtt.endAsync(true).catch(() => undefined);
   closeSync(fd);
