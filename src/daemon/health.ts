@@ -19,7 +19,7 @@ export class Lifecycle {
   readonly fatal: Promise<number>;
   private resolveFatal: (code: number) => void = () => {};
 
-  constructor() {
+  constructor(private readonly journal: JournalThread) {
     this.fatal = new Promise<number>((resolve) => (this.resolveFatal = resolve));
   }
 
@@ -34,10 +34,10 @@ export class Lifecycle {
   }
 
   /** Why the daemon is not healthy (stopping, journal failed or not answering), or null: gates the systemd watchdog. */
-  problem(journal: JournalThread): string | null {
+  problem(): string | null {
     if (this.stopping) return "the gateway is shutting down";
     if (this.journalFailed) return "the journal failed";
-    const problem = journal.problem();
+    const problem = this.journal.problem();
     return problem === null ? null : `the journal cannot commit: ${problem}`;
   }
 }
@@ -50,14 +50,13 @@ export function journalLag(gateway: Gateway): ReturnType<HealthSource["journalLa
 
 export interface HealthParts {
   readonly lifecycle: Lifecycle;
-  readonly journal: JournalThread;
   readonly gateway: Gateway;
   readonly link: MqttLink;
   readonly buses: ReadonlyMap<string, ModbusBus>;
   readonly member: EtcdGroupMember | null;
 }
 
-export function healthSource({ lifecycle, journal, gateway, link, buses, member }: HealthParts): HealthSource {
+export function healthSource({ lifecycle, gateway, link, buses, member }: HealthParts): HealthSource {
   return {
     // /healthz: the daemon's own problems, and no bus open at all (it cannot reach a single
     // device). One bus or device down is in the details, not a 503: the rest still serve.
@@ -68,7 +67,7 @@ export function healthSource({ lifecycle, journal, gateway, link, buses, member 
     // A saturated audit queue is a 503 (commands are refused), not the watchdog's: a slow
     // disk must not get the daemon restarted.
     problem: () =>
-      lifecycle.problem(journal) ??
+      lifecycle.problem() ??
       member?.etcdProblem() ??
       member?.configProblem() ??
       gateway.committer.saturation() ??

@@ -54,7 +54,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
   // Gateway group: the member is made once the gateway exists; the buses ask it before every frame.
   let member: EtcdGroupMember | null = null;
   const buses = openBuses(config, log, config.group === undefined ? undefined : () => member?.mayDriveDevices() ?? false);
-  const lifecycle = new Lifecycle();
+  const lifecycle = new Lifecycle(journal);
   const stopForDuplicate = (sentence: string) => {
     log.fatal({ gatewayId: config.gatewayId, broker: config.mqtt.url }, sentence);
     lifecycle.refuseToServe();
@@ -84,7 +84,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     snapshots,
   );
   if (config.group !== undefined) member = groupMember(config, gateway, buses, link, unserved, log);
-  const health = healthSource({ lifecycle, journal, gateway, link, buses, member });
+  const health = healthSource({ lifecycle, gateway, link, buses, member });
   http = new HttpSide(config, { health, gateway, journal, link, buses, member, outbox });
   try {
     await http.listen(log);
@@ -112,7 +112,7 @@ export async function startDaemon(config: GatewayConfig, log: Logger = pino({ le
     link,
     httpPort: http.port,
     fatal: lifecycle.fatal,
-    healthProblem: () => lifecycle.problem(journal),
+    healthProblem: () => lifecycle.problem(),
     group: member,
     stop: () => stopDaemon(parts),
   };

@@ -71,7 +71,7 @@ export function writeUnconnectedConfig(file: string, journalPath: string, journa
     brokerUrl: "mqtt://127.0.0.1:1",
     journalPath,
     journal,
-    buses: { s: { type: "tcp", host: "127.0.0.1", port: 1, timeoutMs: 1000 } },
+    buses: { s: { type: "tcp", host: "127.0.0.1", port: 1 } },
     actuators: [valve("valve-1", "s", 1)],
   });
   writeFileSync(file, stringify(config));

@@ -25,7 +25,7 @@ export interface InProcessGatewayOptions extends Partial<Omit<GatewayDeps, "actu
 
 const LIMITS: Limits = { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 };
 
-export function plainValve(
+function plainValve(
   id: string,
   device: DevicePort,
   options: Pick<InProcessGatewayOptions, "limits" | "pollIntervalMs" | "defaultDeadlineMs">,
