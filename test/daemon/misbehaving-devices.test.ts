@@ -206,8 +206,10 @@ describe("item 3: a device that answers every read with a malformed frame", () =
     expect(read).toMatch(/^ {2}why {4}.*byte count 2/m);
     expect(await metric(metricsPort, `fencegate_actuator_online{actuator="${A}"}`)).toBe(0);
     expect(await metric(metricsPort, `fencegate_modbus_transaction_seconds_count{bus="dev",result="malformed"}`)).toBeGreaterThanOrEqual(2);
+    // From here: a state published online before the fault (the fence read's) may arrive after `from`.
+    const whileOffline = watcher.mark();
     slave.clearFaults();
-    const back = await watcher.waitForJson(STATE, (s) => s.online === true, { from, timeoutMs: 5000, what: "online again" });
+    const back = await watcher.waitForJson(STATE, (s) => s.online === true, { from: whileOffline, timeoutMs: 5000, what: "online again" });
     expect(back).not.toHaveProperty("problem");
     expect(await metric(metricsPort, `fencegate_actuator_online{actuator="${A}"}`)).toBe(1);
   });
@@ -222,8 +224,9 @@ describe("item 3: a device that answers every read with a malformed frame", () =
     expect(offline.problem).toMatch(/no answer within 300 ms; the line carried byte count 2 where 4 bytes were asked for instead/);
     expect(await fencegateRead()).toMatch(/^valve-1: OFFLINE\n {2}why {4}.*byte count 2/m);
     expect(await metric(metricsPort, `fencegate_actuator_online{actuator="${A}"}`)).toBe(0);
+    const whileOffline = watcher.mark();
     slave.clearFaults();
-    await watcher.waitForJson(STATE, (s) => s.online === true, { from, timeoutMs: 5000, what: "online again" });
+    await watcher.waitForJson(STATE, (s) => s.online === true, { from: whileOffline, timeoutMs: 5000, what: "online again" });
   });
 });
 
