@@ -365,12 +365,10 @@ describe("group member on a 3-member etcd", () => {
   it("keeps leading and committing with the etcd follower its client uses killed; with the quorum lost it commits nothing and stops driving devices before its lease can expire", async () => {
     // The member killed first is a follower: killing etcd's leader would add an election
     // (a randomized 1-2 s election timeout, more under load) during which no write commits.
-    let raftLeader: number | null = null;
-    for (const end = performance.now() + 10_000; raftLeader === null && performance.now() < end;) raftLeader = await etcd.leader();
-    expect(raftLeader).not.toBeNull();
+    const raftLeader = await etcd.waitForLeader(10_000);
     const [follower, other] = [0, 1, 2].filter((i) => i !== raftLeader) as [number, number];
     // The follower's endpoint first: the client is talking to it when it dies.
-    const endpoints = [follower, other, raftLeader!].map((i) => etcd.endpoints[i]!);
+    const endpoints = [follower, other, raftLeader].map((i) => etcd.endpoints[i]!);
     const p = member(new EtcdClient({ endpoints, requestTimeoutMs: 600 }), "gw-a", "three", 3000, 500);
     try {
       p.member.start();

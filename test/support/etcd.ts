@@ -55,6 +55,8 @@ export interface EtcdCluster {
    * `ignoring` (a SIGSTOPped one that may be thawed while asked) has no say.
    */
   leader(ignoring?: number): Promise<number | null>;
+  /** Asks `leader()` until the running members agree on one (an election has ended); throws after `timeoutMs`. */
+  waitForLeader(timeoutMs: number): Promise<number>;
   /** POSTs a v3 JSON API request to the first running member; throws on a non-2xx answer. */
   call(path: string, body: unknown, token?: string): Promise<any>;
   /** Stops every member (SIGTERM, SIGKILL after a grace: the last member may linger) and removes the dir. */
@@ -225,6 +227,14 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       const leaderId = named.size === 1 ? [...named][0]! : "";
       const at = leaderId === "" ? -1 : ids.indexOf(leaderId);
       return at === -1 ? null : members.indexOf(running[at]!);
+    },
+    async waitForLeader(timeoutMs) {
+      for (const end = performance.now() + timeoutMs; ;) {
+        const at = await cluster.leader();
+        if (at !== null) return at;
+        if (performance.now() > end) throw new Error(`the running etcd members agreed on no leader within ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
     },
     async call(path, body, authToken) {
       const { status, json } = await request(firstRunning(), "POST", path, body, authToken);
