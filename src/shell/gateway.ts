@@ -28,21 +28,13 @@
  * of OUTCOME_UNKNOWN), and the fence's seq under the dead token read lower than it was shown.
  */
 import type { Logger } from "pino";
-import {
-  EMPTY_SNAPSHOT,
-  GATEWAY_HOLDER,
-  initialState,
-  isLive,
-  nextWakeMs,
-  step,
-  viewLease,
-  type DurableSnapshot,
-} from "../core/actuator.ts";
+import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { admit, type Door } from "../core/admission.ts";
 import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
 import { DeviceSupervisor } from "./device-supervision.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
+import { ActuatorGroupRole } from "./group-role.ts";
 import {
   DeviceMismatchError,
   type Clock,
@@ -165,16 +157,9 @@ class ActuatorRuntime {
   /** Polls, read-backs, and whether the device counts as online (src/shell/device-supervision.ts). */
   readonly device: DeviceSupervisor;
   fenceKnown: boolean;
-  /** Gateway group: taken over in this term (the group's token and the device's fence raised). */
-  secured = false;
-  private securing: Promise<boolean> | null = null;
-  /** Gateway group: the highest token the group confirmed for this actuator. */
-  private groupCommitted = 0;
+  /** In a gateway group: this actuator's takeover and the group's confirmation of its grants; null alone. */
+  readonly group: ActuatorGroupRole | null;
   private chain: Promise<void> = Promise.resolve();
-  /** Gateway group: steps whose grant the group has not yet confirmed or refused. */
-  private grantsUnsettled = 0;
-  /** Inputs that arrived meanwhile, decided in order once no grant is unsettled. */
-  private waiting: Input[] = [];
   private cancelWake: (() => void) | null = null;
   private lastPublished: StateView | null = null;
   closed = false;
@@ -188,7 +173,8 @@ class ActuatorRuntime {
     this.shown = this.state;
     this.fenceBeforeWrite = this.state.fence;
     this.fenceKnown = !binding.fenced;
-    const { clock, scheduler, log } = gw.deps;
+    const { clock, scheduler, log, group } = gw.deps;
+    this.group = group === undefined ? null : new ActuatorGroupRole(binding.id, binding.device, binding.fenced, group, log);
     this.device = new DeviceSupervisor(
       { actuator: binding.id, device: binding.device, pollIntervalMs: binding.pollIntervalMs, clock, scheduler, log },
       {
@@ -197,7 +183,7 @@ class ActuatorRuntime {
           else this.publishState(); // the problem or the points may have changed
         },
         answered: () => {
-          if (!this.fenceKnown || (this.gw.deps.group !== undefined && !this.secured)) void this.learnFence(); // an earlier attempt failed: retry
+          if (!this.fenceKnown || this.group?.needsTakeover()) void this.learnFence(); // an earlier attempt failed: retry
         },
         foreign: () => {
           this.fenceKnown = !binding.fenced; // whatever answers now, its fence is not the one read
@@ -211,15 +197,13 @@ class ActuatorRuntime {
   }
 
   dispatch(input: Input): void {
-    if (this.grantsUnsettled > 0) this.waiting.push(input);
-    else this.decide(input);
+    if (this.group?.holds(input)) return;
+    this.decide(input);
   }
 
   /**
    * Runs the core on `input` now. A step that grants in a gateway group holds the inputs
-   * after it until the group has settled the grant: the core's state already counts it, and
-   * a retried acquire, say, would otherwise be answered as the live holder's with a token
-   * that etcd then refuses (and another gateway may hand out).
+   * after it until the group has settled the grant (group-role.ts, holds).
    */
   private decide(input: Input): void {
     const before = this.state;
@@ -227,15 +211,16 @@ class ActuatorRuntime {
     this.state = result.state;
     const snapshot = this.showable(before, result.state);
     if (result.effects.length > 0) {
-      const grants = this.gw.deps.group !== undefined && result.effects.some((e) => e.kind === "persist" && e.record.type === "granted");
-      if (grants) this.grantsUnsettled++;
+      const group = this.group;
+      const grants = group !== null && result.effects.some((e) => e.kind === "persist" && e.record.type === "granted");
+      if (grants) group.grantStarted();
       const fatal = (err: unknown) => this.gw.fatal(err);
       this.chain = this.chain
         .then(() => this.perform(result.effects, snapshot))
         .catch(fatal)
         // Settled even after a failed journal commit (then nothing more is decided: see Gateway.now).
         .then(() => {
-          if (grants) this.grantSettled();
+          if (grants) this.grantSettled(group);
         })
         .catch(fatal);
     }
@@ -257,11 +242,11 @@ class ActuatorRuntime {
   }
 
   /** A grant confirmed or refused (and the refusal decided on): the inputs that waited for it, decided now, in order. */
-  private grantSettled(): void {
-    this.grantsUnsettled--;
-    while (this.grantsUnsettled === 0 && this.waiting.length > 0) {
-      const input = this.waiting.shift()!;
-      this.gw.now((nowMs) => this.decide(decidedLater(input, nowMs)));
+  private grantSettled(group: ActuatorGroupRole): void {
+    group.grantSettled();
+    for (let input = group.released(); input !== undefined; input = group.released()) {
+      const held = input;
+      this.gw.now((nowMs) => this.decide(decidedLater(held, nowMs)));
     }
   }
 
@@ -329,20 +314,18 @@ class ActuatorRuntime {
    * the grant the group did not confirm, or null.
    */
   private async makeDurable(entries: JournalEntry[]): Promise<{ token: number; commit: Extract<GrantCommit, { ok: false }> } | null> {
-    const group = this.gw.deps.group;
+    const group = this.group;
     // The group keeps the highest token granted: committing the step's highest covers the
     // others (a takeover and the safe write it owes grant two), and two commits of one
     // actuator in flight at once could overtake each other.
-    const token = group === undefined ? 0 : Math.max(0, ...entries.map((e) => (e.record.type === "granted" ? e.record.token : 0)));
+    const token = group === null ? 0 : Math.max(0, ...entries.map((e) => (e.record.type === "granted" ? e.record.token : 0)));
     const journal = this.gw.committer.persist(entries);
     if (token === 0) {
       await journal;
       return null;
     }
-    const [, commit] = await Promise.all([journal, group!.commitGrant(this.id, token)]);
-    if (!commit.ok) return { token, commit };
-    this.groupCommitted = Math.max(this.groupCommitted, token);
-    return null;
+    const [, commit] = await Promise.all([journal, group!.commit(token)]);
+    return commit.ok ? null : { token, commit };
   }
 
   /** After a grant the group could not confirm, the rest of its step goes back to the core undone (core/actuator.ts, grantFailed). */
@@ -354,7 +337,7 @@ class ActuatorRuntime {
     );
     // Decided at once, ahead of the inputs waiting for the grant.
     this.gw.now((nowMs) => this.decide({ type: "grantFailed", nowMs, token, reason: commit.message, withheld }));
-    if (commit.stale) this.gw.deps.group?.stale(`${this.id}: ${commit.message}`);
+    this.group?.refused(commit);
   }
 
   private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
@@ -363,11 +346,8 @@ class ActuatorRuntime {
       .write(cmd)
       .then(async (outcome) => {
         if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED" && this.binding.fenced) {
-          const group = this.gw.deps.group;
-          if (group !== undefined) {
-            // In a group a newer token at the device means another gateway took over: this
-            // one is stale and steps down (no more frames) before the refusal is answered.
-            group.stale(`the device of ${this.id} refused token ${cmd.token} (0x46): another gateway has raised its fence`);
+          if (this.group !== null) {
+            this.group.deviceRefused(cmd.token); // before the refusal is answered
           } else {
             // The device's own fence is ahead of ours: learn it before the refusal is answered,
             // so no lease granted after the controller hears of it is at or below the device's
@@ -392,7 +372,7 @@ class ActuatorRuntime {
       // Alone, only this gateway raises the fence, and only after its journal has the token: a
       // fence above a journal that has granted is another gateway's (a group member, a copy of
       // the journal). Tokens go on above it; the operator must find the other one.
-      if (this.gw.deps.group === undefined && this.state.highestGranted > 0 && fence.token > this.state.highestGranted) {
+      if (this.group === null && this.state.highestGranted > 0 && fence.token > this.state.highestGranted) {
         this.gw.deps.log.warn(
           fields,
           "the device's fence is above this gateway's journal: another gateway has granted tokens on this device (a member of a gateway group, or a copy of this journal); make sure only one gateway serves it",
@@ -419,66 +399,29 @@ class ActuatorRuntime {
 
   /** Alone: read the device's fence. In a group, while active: take the actuator over (once per term). */
   private learnFence(): Promise<unknown> {
-    if (this.gw.deps.group === undefined) return this.readDeviceFence();
-    return this.gw.serving && !this.secured ? this.secure() : Promise.resolve();
+    if (this.group === null) return this.readDeviceFence();
+    return this.gw.serving && this.group.needsTakeover() ? this.secure(this.group) : Promise.resolve();
   }
 
-  /**
-   * Gateway group takeover of this actuator, before any lease is granted: read the device's
-   * fence, take a token of the gateway's own above it, the group's counter and the journal
-   * (durable in the journal and, through the leadership-checked transaction, in etcd), then
-   * raise the device's fence to it. From then on the device refuses every write of the
-   * deposed gateway. Until this succeeds, acquires are refused (DEVICE_UNAVAILABLE).
-   */
-  secure(): Promise<boolean> {
-    this.securing ??= this.secureOnce().finally(() => {
-      this.securing = null;
+  /** Gateway group: takes this actuator over before any lease is granted (group-role.ts, secure). */
+  secure(group: ActuatorGroupRole): Promise<boolean> {
+    return group.secure({
+      settled: () => this.settled(),
+      serving: () => !this.closed && this.gw.serving,
+      takeover: (floor) => {
+        this.gw.now((nowMs) => this.dispatch({ type: "takeover", nowMs, floor }));
+        return this.state.highestGranted;
+      },
+      fenceToken: () => this.state.fence.token,
+      takenOver: () => {
+        this.fenceKnown = true;
+      },
     });
-    return this.securing;
-  }
-
-  private async secureOnce(): Promise<boolean> {
-    const group = this.gw.deps.group!;
-    const { log } = this.gw.deps;
-    const { device, fenced } = this.binding;
-    try {
-      const deviceFence = fenced ? await device.readFence() : null;
-      const groupToken = await group.readToken(this.id);
-      // A grant of an earlier term still unsettled would hold the takeover back: wait it out.
-      while (this.grantsUnsettled > 0) await this.settled();
-      if (this.closed || !this.gw.serving) return false;
-      this.gw.now((nowMs) => this.dispatch({ type: "takeover", nowMs, floor: Math.max(deviceFence?.token ?? 0, groupToken) }));
-      const token = this.state.highestGranted;
-      await this.settled();
-      if (this.groupCommitted < token || this.state.fence.token !== token) return false; // not confirmed: said and logged already
-      if (fenced) {
-        if (device.raiseFence === undefined) throw new Error("this device adapter cannot raise a fence");
-        const raised = await device.raiseFence(token);
-        if (raised.kind === "refused") group.stale(`${this.id}: ${raised.message}`);
-        if (raised.kind !== "raised") {
-          log.warn(
-            { actuator: this.id, token, result: raised.kind, reason: raised.message },
-            "could not raise the device's fence; no lease is granted until it is raised",
-          );
-          return false;
-        }
-      }
-      this.fenceKnown = true;
-      this.secured = true;
-      log.info(
-        { actuator: this.id, token, deviceToken: deviceFence?.token ?? null, groupToken, holder: GATEWAY_HOLDER },
-        fenced ? "device fence raised" : "actuator taken over",
-      );
-      return true;
-    } catch (err) {
-      log.warn({ actuator: this.id, err }, "could not take the actuator over yet; leases stay unavailable until it is");
-      return false;
-    }
   }
 
   /** Gateway group: no longer active. Leases end, polls stop, the next term takes over afresh. */
   standDown(): void {
-    this.secured = false;
+    this.group?.standDown();
     this.fenceKnown = !this.binding.fenced;
     this.device.standDown();
     this.gw.now((nowMs) => this.dispatch({ type: "stepDown", nowMs }));
@@ -599,7 +542,7 @@ export class Gateway {
   async takeOver(): Promise<void> {
     this.serving = true;
     const runtimes = [...this.runtimes.values()];
-    await Promise.all(runtimes.map((rt) => rt.secure()));
+    await Promise.all(runtimes.map((rt) => (rt.group === null ? true : rt.secure(rt.group))));
     if (!this.serving) return;
     for (const rt of runtimes) rt.device.startPolling();
   }
@@ -612,7 +555,7 @@ export class Gateway {
 
   /** Gateway group: every actuator taken over in this term. */
   allSecured(): boolean {
-    return [...this.runtimes.values()].every((rt) => rt.secured);
+    return [...this.runtimes.values()].every((rt) => rt.group?.secured === true);
   }
 
   has(actuator: string): boolean {
@@ -661,7 +604,7 @@ export class Gateway {
   private door(rt: ActuatorRuntime, verb: GatewayRequest["verb"]): Door {
     return {
       accepting: this.accepting,
-      takenOver: this.deps.group === undefined ? null : rt.secured,
+      takenOver: rt.group === null ? null : rt.group.secured,
       fenceKnown: rt.fenceKnown,
       problem: rt.device.problem,
       defaultDeadlineMs: rt.binding.defaultDeadlineMs,
