@@ -1,23 +1,34 @@
 /**
- * The shell's Gateway in the test's own process, over plain (unfenced) valves, started and
- * with every link up: what the shell tests and the journal's strace child drive. The daemon's
+ * The shell's Gateway in the test's own process, over valves (plain and held at expiry unless
+ * `valves` says otherwise), started and, unless `linksUp` is off, with every link up: what
+ * the shell tests, the scenario harness and the journal's strace child drive. The daemon's
  * clock, scheduler and random bytes unless a test brings its own; a failed commit throws.
  */
 import pino from "pino";
-import type { ActuatorConfig } from "../../src/core/types.ts";
+import type { ActuatorConfig, ExpiryPolicy } from "../../src/core/types.ts";
 import { platformRandom, realClock, realScheduler } from "../../src/adapters/platform.ts";
 import { Gateway, type ActuatorBinding, type GatewayDeps } from "../../src/shell/gateway.ts";
 import type { DevicePort } from "../../src/shell/ports.ts";
 
 type Limits = ActuatorConfig["limits"];
 
+/** How a valve differs from the plain one held at expiry. */
+export interface ValveOptions {
+  readonly fenced?: boolean;
+  readonly expiryPolicy?: ExpiryPolicy;
+}
+
 export interface InProcessGatewayOptions extends Partial<Omit<GatewayDeps, "actuators" | "journal" | "outbox">> {
   readonly journal: GatewayDeps["journal"];
   readonly outbox: GatewayDeps["outbox"];
   /** The snapshots the journal loaded (`journal.load()`). */
   readonly snapshots: ConstructorParameters<typeof Gateway>[1];
-  /** One plain valve (a `position` point 0..100, held at expiry) per entry. */
+  /** One valve (a `position` point 0..100) per entry. */
   readonly devices: ReadonlyMap<string, DevicePort>;
+  /** Per actuator, what its valve does differently; the rest are plain and held at expiry. */
+  readonly valves?: ReadonlyMap<string, ValveOptions>;
+  /** Report every link up at once (default), as the bus does once a unit answers; off for ports that report it themselves. */
+  readonly linksUp?: boolean;
   readonly limits?: Partial<Limits>;
   readonly pollIntervalMs?: number;
   readonly defaultDeadlineMs?: number;
@@ -25,27 +36,28 @@ export interface InProcessGatewayOptions extends Partial<Omit<GatewayDeps, "actu
 
 const LIMITS: Limits = { minTtlMs: 100, maxTtlMs: 60_000, queueLimit: 4, recentLimit: 8, safeRetryMinMs: 100, safeRetryMaxMs: 1_000 };
 
-function plainValve(
+function valve(
   id: string,
   device: DevicePort,
   options: Pick<InProcessGatewayOptions, "limits" | "pollIntervalMs" | "defaultDeadlineMs">,
+  { fenced = false, expiryPolicy = { kind: "hold" } }: ValveOptions = {},
 ): ActuatorBinding {
   return {
     id,
     config: {
       points: { position: { writable: true, min: 0, max: 100 } },
-      expiryPolicy: { kind: "hold" },
+      expiryPolicy,
       limits: { ...LIMITS, ...options.limits },
     },
     device,
-    fenced: false,
+    fenced,
     pollIntervalMs: options.pollIntervalMs ?? 3_600_000,
     defaultDeadlineMs: options.defaultDeadlineMs ?? 5_000,
   };
 }
 
 export function startInProcessGateway(options: InProcessGatewayOptions): Gateway {
-  const { snapshots, devices, limits, pollIntervalMs, defaultDeadlineMs, ...deps } = options;
+  const { snapshots, devices, valves, linksUp = true, limits, pollIntervalMs, defaultDeadlineMs, ...deps } = options;
   const gateway = new Gateway(
     {
       gatewayId: "test",
@@ -57,11 +69,11 @@ export function startInProcessGateway(options: InProcessGatewayOptions): Gateway
         throw err;
       },
       ...deps,
-      actuators: [...devices].map(([id, device]) => plainValve(id, device, { limits, pollIntervalMs, defaultDeadlineMs })),
+      actuators: [...devices].map(([id, device]) => valve(id, device, { limits, pollIntervalMs, defaultDeadlineMs }, valves?.get(id))),
     },
     snapshots,
   );
   gateway.start();
-  for (const id of devices.keys()) gateway.linkChanged(id, true); // what the bus reports once the unit answers
+  if (linksUp) for (const id of devices.keys()) gateway.linkChanged(id, true); // what the bus reports once the unit answers
   return gateway;
 }
