@@ -2,7 +2,7 @@
  * The status page's data as the gateway serves it: the body of /api/status, the events of
  * /api/events and the answers of /api/actuators/<id>/audit. The board (status-board.ts) and
  * the routes (status-routes.ts) are annotated with these types, so tsc proves they build
- * them; the page (status-page/status.js) reads what they describe.
+ * them; the page (status-page/status.js, checked by tsc through JSDoc) reads them from here.
  *
  * They stay beside the server rather than in packages/protocol: only this gateway's own page
  * reads them, and it ships with the gateway, so they are no contract between sides that are
