@@ -79,7 +79,11 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   mkdirSync(DIST);
   writeFileSync(building, "");
   await (await esbuild()).build(BUILD_OPTIONS); // throws on an error: no stamp, so dist/ is not fresh
-  // The status page's files, beside the bundle that serves them (the package ships no src/).
-  cpSync(join(ROOT, "src/adapters/http/status-page"), join(DIST, "status-page"), { recursive: true });
+  // The status page's files, beside the bundle that serves them (the package ships no src/);
+  // not its tsconfig.json, which is for the type check.
+  cpSync(join(ROOT, "src/adapters/http/status-page"), join(DIST, "status-page"), {
+    recursive: true,
+    filter: (path) => !path.endsWith("tsconfig.json"),
+  });
   renameSync(building, STAMP);
 }

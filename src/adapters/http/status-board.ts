@@ -8,11 +8,12 @@
  * Everything is bounded: the feed keeps the newest FEED_LIMIT decisions, refusal counts
  * are kept per second for one minute, and the set of keys (actuators, codes) is fixed.
  * Feeding it costs a few field updates per decision; the JSON is built only when a reader
- * asks (a page load, or the event-stream hub once per flush).
+ * asks (a page load, or the event-stream hub once per flush), in the shapes of status-api.ts.
  */
 import { GATEWAY_HOLDER } from "../../core/actuator.ts";
-import type { CoreEvent, EventType, Fence, PointValues } from "../../core/types.ts";
+import type { CoreEvent, Fence, PointValues } from "../../core/types.ts";
 import type { JournalEntry, StateView } from "../../shell/ports.ts";
+import type { ActuatorCard, Counters, Decision, GatewayLine, StatusSnapshot } from "./status-api.ts";
 
 /** Decisions kept for a page that opens (newest last). */
 export const FEED_LIMIT = 200;
@@ -68,22 +69,6 @@ export interface BoardOptions {
   readonly actuators: readonly ActuatorInfo[];
   readonly facts: GatewayFacts;
   readonly clock: BoardClock;
-}
-
-/** One line of the live feed. */
-export interface Decision {
-  /** Rises by one per decision: a page that reconnects knows what it has seen. */
-  readonly n: number;
-  /** The gateway's wall clock (ISO-8601), as on B/A/events. */
-  readonly at: string;
-  readonly actuator: string;
-  readonly type: EventType;
-  readonly holder?: string;
-  readonly token?: number;
-  readonly seq?: number;
-  readonly code?: string;
-  /** The gateway's own safe-value write (holder @gateway). */
-  readonly safeWrite: boolean;
 }
 
 interface CommandSeen {
@@ -309,7 +294,7 @@ export class StatusBoard {
   // Outputs
 
   /** The gateway line and the counters: cheap, sent to open pages every couple of seconds. */
-  gateway() {
+  gateway(): GatewayLine {
     const { facts, gatewayId, version, clock } = this.options;
     const nowMs = clock.monotonicMs();
     const lag = facts.auditLag();
@@ -333,7 +318,7 @@ export class StatusBoard {
   }
 
   /** One actuator's card, or undefined for an id this gateway does not have. */
-  actuator(id: string) {
+  actuator(id: string): ActuatorCard | undefined {
     const a = this.actuators.get(id);
     if (a === undefined) return undefined;
     const nowMs = this.options.clock.monotonicMs();
@@ -394,7 +379,7 @@ export class StatusBoard {
   }
 
   /** Everything a page needs to draw itself. */
-  snapshot() {
+  snapshot(): StatusSnapshot {
     return {
       gateway: this.gateway(),
       actuators: [...this.actuators.keys()].map((id) => this.actuator(id)!),
@@ -402,7 +387,7 @@ export class StatusBoard {
     };
   }
 
-  private counters(nowMs: number) {
+  private counters(nowMs: number): Counters {
     let online = 0;
     let leases = 0;
     let outcomeUnknown = 0;

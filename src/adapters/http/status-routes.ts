@@ -20,7 +20,8 @@ import { gzipSync } from "node:zlib";
 import * as z from "zod";
 import { AuditError, OUTCOME_FILTERS, type AuditReader } from "../journal/audit.ts";
 import { ACTUATOR_PATTERN, HOLDER_PATTERN } from "../../../packages/protocol/src/index.ts";
-import { FEED_LIMIT, type Decision, type StatusBoard } from "./status-board.ts";
+import type { ApiError, AuditAnswer, Decision, StatusBody, StatusEvents, StreamCounts } from "./status-api.ts";
+import { FEED_LIMIT, type StatusBoard } from "./status-board.ts";
 
 /** The largest page of the audit trail the page may ask for. */
 const MAX_PAGE = 100;
@@ -110,7 +111,7 @@ export class StatusRoutes {
     } else if (asset !== undefined) {
       this.serveAsset(req, res, asset);
     } else if (url.pathname === "/api/status") {
-      json(res, 200, { ...this.options.board.snapshot(), streams: this.streams.counts() });
+      json(res, 200, { ...this.options.board.snapshot(), streams: this.streams.counts() } satisfies StatusBody);
     } else {
       this.streams.open(req, res);
     }
@@ -118,7 +119,7 @@ export class StatusRoutes {
   }
 
   /** Open event streams, and how many were closed for reading too slowly. */
-  get streamCounts(): ReturnType<EventStreams["counts"]> {
+  get streamCounts(): StreamCounts {
     return this.streams.counts();
   }
 
@@ -163,7 +164,7 @@ export class StatusRoutes {
       await this.options.whenDurable();
       const page = this.audit.page({ actuator, ...query });
       await this.options.whenDurable();
-      json(res, 200, { actuator, ...page });
+      json(res, 200, { actuator, ...page } satisfies AuditAnswer);
     } catch (err) {
       const message = err instanceof AuditError ? err.message : `The audit trail could not be read: ${(err as Error).message}`;
       fail(res, 503, "JOURNAL_UNREADABLE", message);
@@ -240,11 +241,16 @@ function json(res: ServerResponse, status: number, body: unknown): void {
 }
 
 function fail(res: ServerResponse, status: number, code: string, message: string): void {
-  json(res, status, { error: { code, message } });
+  json(res, status, { error: { code, message } } satisfies ApiError);
 }
 
 // ---------------------------------------------------------------------------------------
 // Event streams
+
+/** One server-sent event: its name, and its data as one line of JSON. */
+function eventText<E extends keyof StatusEvents>(event: E, data: StatusEvents[E]): string {
+  return `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
+}
 
 interface Stream {
   readonly res: ServerResponse;
@@ -268,7 +274,7 @@ class EventStreams {
     this.flushMs = options.flushMs ?? 100;
   }
 
-  counts() {
+  counts(): StreamCounts {
     return { open: this.streams.size, max: this.options.maxEventStreams, droppedSlow: this.dropped };
   }
 
@@ -293,7 +299,7 @@ class EventStreams {
     this.streams.add(stream);
     res.on("close", () => this.remove(stream));
     // The page loads /api/status when the stream opens: from here on, it only needs changes.
-    res.write(`retry: 3000\nevent: hello\ndata: ${JSON.stringify({ gateway: this.options.board.gateway() })}\n\n`);
+    res.write(`retry: 3000\n${eventText("hello", { gateway: this.options.board.gateway() })}`);
     if (this.streams.size === 1) this.start();
   }
 
@@ -315,7 +321,7 @@ class EventStreams {
       this.flushTimer ??= setTimeout(() => this.flush(), this.flushMs);
     });
     this.gatewayTimer = setInterval(
-      () => this.send(`event: gateway\ndata: ${JSON.stringify(this.options.board.gateway())}\n\n`),
+      () => this.send(eventText("gateway", this.options.board.gateway())),
       this.options.gatewayEveryMs ?? 2000,
     );
   }
@@ -339,9 +345,9 @@ class EventStreams {
   private flush(): void {
     this.flushTimer = null;
     let text = "";
-    if (this.decisions.length > 0)
-      text += `event: decisions\ndata: ${JSON.stringify({ decisions: this.decisions, skipped: this.skipped })}\n\n`;
-    for (const id of this.dirty) text += `event: actuator\ndata: ${JSON.stringify(this.options.board.actuator(id))}\n\n`;
+    if (this.decisions.length > 0) text += eventText("decisions", { decisions: this.decisions, skipped: this.skipped });
+    // Only the board's own actuators are ever dirty (it notifies of no other).
+    for (const id of this.dirty) text += eventText("actuator", this.options.board.actuator(id)!);
     this.decisions = [];
     this.skipped = 0;
     this.dirty.clear();

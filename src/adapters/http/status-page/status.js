@@ -1,34 +1,77 @@
+// @ts-check
 // The fencegate status page: read-only. Loads /api/status, then follows /api/events
 // (server-sent events) for decisions and changes. Every text from the gateway goes into the
 // page as text (textContent), never as markup: holder ids come from controllers.
+//
+// What the gateway sends is typed in ../status-api.ts; tsc checks this file against it
+// (tsconfig.json here). The imports below are JSDoc, for the checker only: the browser runs
+// this file as served, and it loads nothing else.
 "use strict";
+
+/** @typedef {import("../status-api.ts").ActuatorCard} ActuatorCard */
+/** @typedef {import("../status-api.ts").ApiError} ApiError */
+/** @typedef {import("../status-api.ts").AuditAnswer} AuditAnswer */
+/** @typedef {import("../status-api.ts").Decision} Decision */
+/** @typedef {import("../status-api.ts").GatewayLine} GatewayLine */
+/** @typedef {import("../status-api.ts").StatusBody} StatusBody */
+/** @typedef {import("../status-api.ts").StatusEvents} StatusEvents */
+/** @typedef {import("../../../../packages/protocol/src/index.ts").EventType} EventType */
+/** @typedef {import("../../../../packages/protocol/src/index.ts").PointValues} PointValues */
+
+/**
+ * A counter's filter of the cards.
+ * @typedef {{ label: string, what: string, cls: string, test: (a: ActuatorCard) => boolean }} Filter
+ */
+/**
+ * A card's elements that change.
+ * @typedef {Record<"link" | "where" | "problem" | "points" | "pointsAge" | FieldName, HTMLElement>} Fields
+ * @typedef {"answer" | "holder" | "token" | "expires" | "fence" | "accepted" | "refusal" | "safe"} FieldName
+ */
+/**
+ * A drawn card. `data.lastAnswerAgeMs` is refreshed by every gateway line between cards;
+ * `refusal` is the last refusal's text without its age.
+ * @typedef {{ root: HTMLElement, f: Fields, data: { -readonly [K in keyof ActuatorCard]: ActuatorCard[K] },
+ *   receivedAt: number, answerAt: number, refusal: string }} Card
+ */
 
 const FEED_MAX = 200; // decisions shown
 const PAUSED_MAX = 1000; // decisions held while paused
 const AUDIT_PAGE = 25;
 
-const $ = (id) => document.getElementById(id);
-const cards = new Map(); // actuator id -> { root, fields, data, receivedAt }
+/** An element of index.html: every id asked for is there. */
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
+/** @type {Map<string, Card>} by actuator id */
+const cards = new Map();
+/** @type {GatewayLine | null} */
 let gateway = null;
 let gatewayAt = 0;
-let filter = null; // { label, test(actuator) }
+/** @type {Filter | null} */
+let filter = null;
 let paused = false;
+/** @type {Decision[]} */
 let held = [];
 let lastDecision = 0;
-let source = null;
+/** @type {{ actuator: string | null, holder: string, outcome: string, cursors: number[], next: number | null }} */
 const audit = { actuator: null, holder: "", outcome: "", cursors: [], next: null };
 
+/**
+ * An element with attributes (`on...`: a listener) and children (strings as text).
+ * @param {string} tag
+ * @param {Record<string, string | EventListener> | null} attrs
+ * @param {...(Node | string)} children
+ */
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") node.className = v;
-    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
-    else node.setAttribute(k, v);
+    if (k === "class") node.className = /** @type {string} */ (v);
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), /** @type {EventListener} */ (v));
+    else node.setAttribute(k, /** @type {string} */ (v));
   }
   for (const c of children) node.append(c instanceof Node ? c : String(c));
   return node;
 }
 
+/** @param {number | null | undefined} ms */
 function duration(ms) {
   if (ms === null || ms === undefined || !Number.isFinite(ms)) return "–";
   const s = Math.max(0, ms) / 1000;
@@ -39,14 +82,24 @@ function duration(ms) {
   return `${Math.round(s / 86400)} d`;
 }
 
+/**
+ * An age sent at `receivedAt` (performance.now()), as it is now; null stays null.
+ * @param {number} receivedAt
+ * @param {number | null} ageMs
+ */
 function since(receivedAt, ageMs) {
   return ageMs === null || ageMs === undefined ? null : ageMs + (performance.now() - receivedAt);
 }
 
+/**
+ * @param {Node} node
+ * @param {string} text
+ */
 function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
 }
 
+/** @param {PointValues | null} set */
 function fmtSet(set) {
   return set
     ? Object.entries(set)
@@ -58,16 +111,18 @@ function fmtSet(set) {
 // ---------------------------------------------------------------------------------------
 // Gateway line and counters
 
-function drawUptime() {
-  setText($("gw-uptime"), duration(gateway.uptimeMs + performance.now() - gatewayAt));
+/** @param {GatewayLine} g */
+function drawUptime(g) {
+  setText($("gw-uptime"), duration(g.uptimeMs + performance.now() - gatewayAt));
 }
 
+/** @param {GatewayLine} g */
 function drawGateway(g) {
   gateway = g;
   gatewayAt = performance.now();
   setText($("gw-id"), g.id);
   setText($("gw-version"), g.version);
-  drawUptime();
+  drawUptime(g);
   $("gw-broker").className = g.broker.connected ? "good" : "bad";
   setText($("gw-broker"), g.broker.connected ? "connected" : "not connected");
   const j = g.journal;
@@ -100,7 +155,9 @@ function drawGateway(g) {
   drawCounters(g.counters);
 }
 
+/** @param {GatewayLine["counters"]} c */
 function drawCounters(c) {
+  /** @type {Filter[]} */
   const items = [
     { label: `${c.online} online`, what: "actuators online", cls: "good", test: (a) => a.online },
     { label: `${c.offline} offline`, what: "actuators offline", cls: c.offline > 0 ? "bad" : "", test: (a) => !a.online },
@@ -148,6 +205,7 @@ function drawCounters(c) {
   );
 }
 
+/** @param {Filter | null} f */
 function setFilter(f) {
   filter = f;
   $("filter-note").hidden = !f;
@@ -159,11 +217,16 @@ function setFilter(f) {
 // ---------------------------------------------------------------------------------------
 // Actuator cards
 
+/**
+ * @param {ActuatorCard} a
+ * @returns {Card}
+ */
 function makeCard(a) {
+  /** @type {Partial<Fields>} */
   const f = {};
-  const field = (name, label) => {
-    f[name] = el("dd", { class: name });
-    return el("div", {}, el("dt", {}, label), f[name]);
+  const field = (/** @type {FieldName} */ name, /** @type {string} */ label) => {
+    const dd = (f[name] = el("dd", { class: name }));
+    return el("div", {}, el("dt", {}, label), dd);
   };
   f.link = el("span", { class: "link" });
   f.where = el("p", { class: "where" });
@@ -189,9 +252,11 @@ function makeCard(a) {
     (f.points = el("table", { class: "points" }, (f.pointsAge = el("caption", {})))),
     el("button", { type: "button", class: "open-audit", onclick: () => openAudit(a.id) }, "Audit trail"),
   );
-  return { root, f, data: a, receivedAt: performance.now(), answerAt: performance.now() };
+  // Every field is set above; drawCard sets `refusal` before the card is first ticked.
+  return { root, f: /** @type {Fields} */ (f), data: a, receivedAt: performance.now(), answerAt: performance.now(), refusal: "" };
 }
 
+/** @param {ActuatorCard} a */
 function drawCard(a) {
   let card = cards.get(a.id);
   if (!card) {
@@ -242,6 +307,7 @@ function drawCard(a) {
   tickCard(card);
 }
 
+/** @param {Card} card */
 function tickCard(card) {
   const a = card.data;
   const answer = since(card.answerAt, a.lastAnswerAgeMs);
@@ -257,15 +323,17 @@ function tickCard(card) {
 }
 
 function tick() {
-  if (gateway) drawUptime();
+  if (gateway) drawUptime(gateway);
   for (const card of cards.values()) tickCard(card);
 }
 
 // ---------------------------------------------------------------------------------------
 // The live feed
 
+/** @type {Partial<Record<EventType, string>>} */
 const TYPE_LABEL = { rejected: "refused", "outcome-unknown": "outcome unknown" };
 
+/** @param {Decision} d */
 function feedItem(d) {
   const who = d.safeWrite ? "safe write (@gateway)" : d.holder || "";
   const ts = d.token !== undefined ? ` t${d.token}${d.seq !== undefined ? `/s${d.seq}` : ""}` : "";
@@ -282,10 +350,11 @@ function feedItem(d) {
   );
 }
 
+/** @param {readonly Decision[]} list */
 function addDecisions(list) {
   const fresh = list.filter((d) => d.n > lastDecision);
   if (fresh.length === 0) return;
-  lastDecision = fresh[fresh.length - 1].n;
+  lastDecision = /** @type {Decision} */ (fresh[fresh.length - 1]).n;
   if (paused) {
     held.push(...fresh);
     if (held.length > PAUSED_MAX) held = held.slice(held.length - PAUSED_MAX);
@@ -294,7 +363,7 @@ function addDecisions(list) {
   }
   const feed = $("feed");
   feed.prepend(...fresh.reverse().map(feedItem));
-  while (feed.childElementCount > FEED_MAX) feed.lastElementChild.remove();
+  while (feed.childElementCount > FEED_MAX) /** @type {Element} */ (feed.lastElementChild).remove();
 }
 
 function togglePause() {
@@ -305,7 +374,7 @@ function togglePause() {
   if (!paused) {
     const waiting = held;
     held = [];
-    lastDecision = waiting.length > 0 ? waiting[0].n - 1 : lastDecision;
+    lastDecision = waiting.length > 0 ? /** @type {Decision} */ (waiting[0]).n - 1 : lastDecision;
     setText($("feed-note"), "");
     addDecisions(waiting);
   }
@@ -314,12 +383,13 @@ function togglePause() {
 // ---------------------------------------------------------------------------------------
 // The audit trail
 
+/** @param {string} id */
 function openAudit(id) {
   audit.actuator = id;
   audit.holder = "";
   audit.outcome = "";
   audit.cursors = [];
-  const form = $("audit-filter");
+  const form = /** @type {HTMLFormElement} */ ($("audit-filter"));
   form.holder.value = "";
   form.outcome.value = "";
   if (location.hash !== `#audit=${id}`) history.replaceState(null, "", `#audit=${id}`);
@@ -329,6 +399,10 @@ function openAudit(id) {
   $("audit").scrollIntoView({ block: "start" });
 }
 
+/**
+ * One page of the open actuator's audit trail: the newest, or the one older than entry `before`.
+ * @param {number | null} before
+ */
 async function loadAudit(before) {
   const q = new URLSearchParams({ limit: String(AUDIT_PAGE) });
   if (audit.holder) q.set("holder", audit.holder);
@@ -336,13 +410,16 @@ async function loadAudit(before) {
   if (before !== null) q.set("before", String(before));
   const note = $("audit-note");
   setText(note, "loading…");
+  /** @type {AuditAnswer & Partial<ApiError>} an audit page, or (not ok) a refusal */
   let body;
   try {
-    const res = await fetch(`/api/actuators/${encodeURIComponent(audit.actuator)}/audit?${q}`, { cache: "no-store" });
+    // An actuator is open: its panel, whose buttons call this, shows only then.
+    const actuator = /** @type {string} */ (audit.actuator);
+    const res = await fetch(`/api/actuators/${encodeURIComponent(actuator)}/audit?${q}`, { cache: "no-store" });
     body = await res.json();
     if (!res.ok) throw new Error(body.error ? body.error.message : `HTTP ${res.status}`);
   } catch (err) {
-    setText(note, `The audit trail could not be read: ${err.message}`);
+    setText(note, `The audit trail could not be read: ${/** @type {Error} */ (err).message}`);
     return;
   }
   audit.next = body.nextBefore;
@@ -369,20 +446,22 @@ async function loadAudit(before) {
       : "Newest first. Times are when the journal recorded each command, within journal.auditLagMs of the gateway's decision (the live feed has the decisions' own times). Refusals change nothing and are not recorded here; the live feed shows them.",
   );
   setText($("audit-page"), `page ${audit.cursors.length + 1}`);
-  $("audit-older").disabled = audit.next === null;
-  $("audit-newer").disabled = audit.cursors.length === 0;
+  /** @type {HTMLButtonElement} */ ($("audit-older")).disabled = audit.next === null;
+  /** @type {HTMLButtonElement} */ ($("audit-newer")).disabled = audit.cursors.length === 0;
 }
 
 // ---------------------------------------------------------------------------------------
 // Loading and following
 
+/** @returns {Promise<StatusBody>} */
 async function load() {
   const res = await fetch("/api/status", { cache: "no-store" });
   if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  /** @type {StatusBody} */
   const s = await res.json();
   for (const a of s.actuators) drawCard(a);
   drawGateway(s.gateway);
-  if (lastDecision === 0 || s.feed.length === 0 || s.feed[0].n > lastDecision + 1) {
+  if (lastDecision === 0 || s.feed.length === 0 || /** @type {Decision} */ (s.feed[0]).n > lastDecision + 1) {
     // First load, or decisions were missed while disconnected: start the feed afresh.
     $("feed").replaceChildren();
     lastDecision = 0;
@@ -391,28 +470,41 @@ async function load() {
   return s;
 }
 
+/**
+ * @param {string} text
+ * @param {string} cls
+ */
 function live(text, cls) {
   $("gw-live").className = cls;
   setText($("gw-live"), text);
 }
 
+/**
+ * Calls `handle` with each `event` of the stream, its data as the gateway sends it under that name.
+ * @template {keyof StatusEvents} E
+ * @param {EventSource} stream
+ * @param {E} event
+ * @param {(data: StatusEvents[E]) => void} handle
+ */
+function on(stream, event, handle) {
+  stream.addEventListener(event, (e) => handle(JSON.parse(e.data)));
+}
+
 function follow() {
-  source = new EventSource("/api/events");
-  source.addEventListener("hello", () => {
+  const stream = new EventSource("/api/events");
+  stream.addEventListener("hello", () => {
     live("live", "good");
     load().catch((err) => live(`could not load: ${err.message}`, "bad"));
   });
-  source.addEventListener("decisions", (e) => {
-    const body = JSON.parse(e.data);
+  on(stream, "decisions", (body) => {
     addDecisions(body.decisions);
     if (body.skipped > 0) setText($("feed-note"), `${body.skipped} decisions came too fast to show`);
   });
-  source.addEventListener("actuator", (e) => drawCard(JSON.parse(e.data)));
-  source.addEventListener("gateway", (e) => drawGateway(JSON.parse(e.data)));
-  source.onerror = () => {
-    if (source.readyState !== EventSource.CLOSED) return live("reconnecting…", "warn");
+  on(stream, "actuator", drawCard);
+  on(stream, "gateway", drawGateway);
+  stream.onerror = () => {
+    if (stream.readyState !== EventSource.CLOSED) return live("reconnecting…", "warn");
     // Refused (too many feeds open) or the gateway went away: say which, try again later.
-    source = null;
     load()
       .then((s) =>
         live(
@@ -437,8 +529,9 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("audit-filter").addEventListener("submit", (e) => {
     e.preventDefault();
-    audit.holder = e.target.holder.value.trim();
-    audit.outcome = e.target.outcome.value;
+    const form = /** @type {HTMLFormElement} */ (e.target);
+    audit.holder = form.holder.value.trim();
+    audit.outcome = form.outcome.value;
     audit.cursors = [];
     loadAudit(null);
   });
@@ -449,7 +542,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("audit-newer").addEventListener("click", () => {
     audit.cursors.pop();
-    loadAudit(audit.cursors.length > 0 ? audit.cursors[audit.cursors.length - 1] : null);
+    loadAudit(audit.cursors.length > 0 ? /** @type {number} */ (audit.cursors[audit.cursors.length - 1]) : null);
   });
   setInterval(tick, 250);
   // Counts over the last minute go down by themselves: refresh everything now and then.
@@ -457,7 +550,8 @@ document.addEventListener("DOMContentLoaded", () => {
   load()
     .then(() => {
       const m = /^#audit=([a-z0-9_-]{1,64})$/.exec(location.hash);
-      if (m && cards.has(m[1])) openAudit(m[1]);
+      const id = m ? m[1] : undefined;
+      if (id !== undefined && cards.has(id)) openAudit(id);
     })
     .catch((err) => live(`could not load: ${err.message}`, "bad"));
   follow();
