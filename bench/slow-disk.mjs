@@ -3,7 +3,7 @@
 // the real one, as on a Raspberry Pi's SD card (milliseconds to tens of milliseconds, as
 // docs/deploy.md §8 notes). Like the line-rate emulation of the shared bus, it makes
 // this machine's fast disk behave like the target's, so group commit can be measured where
-// it matters. It never runs outside the benchmark and the tests (test/daemon/shown-durable.test.ts
+// it matters. It never runs outside the benchmark and the tests (test/system/daemon/shown-durable.test.ts
 // holds each commit back long enough to look at what the gateway shows meanwhile).
 import fs from "node:fs";
 

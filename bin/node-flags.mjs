@@ -4,8 +4,8 @@
 //   config/fencegate.service  ExecStart=/usr/bin/node <flags> .../bin/fencegate.mjs daemon
 //   package.json              "start": node <flags> bin/fencegate.mjs start
 //   test/support/daemon.ts    DaemonProcess, which the tests and npm run bench start
-//   test/chaos/harness.ts     the chaos run's daemons, from its own bundle
-// test/deploy/node-flags.test.ts checks that the unit, the script and the docs carry exactly
+//   test/system/chaos/harness.ts     the chaos run's daemons, from its own bundle
+// test/system/deploy/node-flags.test.ts checks that the unit, the script and the docs carry exactly
 // these. Why these sizes, measured: docs/deploy.md, "Memory".
 //
 // --max-old-space-size=256: V8 otherwise sizes the old generation from the machine's RAM (4 GB

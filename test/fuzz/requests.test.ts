@@ -16,7 +16,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { parseRequest, type ParseResult } from "../../src/adapters/mqtt/requests.ts";
 import { REQUEST_VERBS, type RequestVerb } from "../../packages/protocol/src/topics.ts";
-import { MALFORMED_LIMITS as LIMITS } from "../mqtt-edge/malformed.ts";
+import { MALFORMED_LIMITS as LIMITS } from "../unit/adapters/mqtt/malformed.ts";
 import { FUZZ_TIMEOUT_MS, runs } from "./runs.ts";
 
 const MAX = Number.MAX_SAFE_INTEGER;

@@ -1,7 +1,7 @@
 // Makes the daemon's disk fail on cue (node --import <this file's URL>?trigger=<path>&mode=hang|fail):
 // every asynchronous fdatasync (the one each journal commit waits for) behaves normally until
 // the file `trigger` exists; from then on it never returns (hang: a stalled disk) or returns EIO
-// (fail). The start's synchronous syncs are untouched. Tests only (test/daemon/audit-async.test.ts).
+// (fail). The start's synchronous syncs are untouched. Tests only (test/system/daemon/audit-async.test.ts).
 import fs from "node:fs";
 
 const params = new URL(import.meta.url).searchParams;

@@ -12,7 +12,7 @@
  * cheaply: before its full validation and before it reaches the core; and once a requester
  * has been told, its further requests over budget in the next second are dropped unanswered
  * (docs/mqtt-api.md): a reply costs the gateway and the broker about as much as the request,
- * and a flood must cost the gateway as little as can be (test/daemon/request-flood.test.ts).
+ * and a flood must cost the gateway as little as can be (test/system/daemon/request-flood.test.ts).
  * Actuators are only those served here and `gateway` (link.ts): the map stays bounded.
  */
 
