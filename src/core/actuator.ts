@@ -25,6 +25,7 @@ import type {
   QueuedCommand,
   Reply,
   ReplyRef,
+  SafeWrite,
   StepResult,
 } from "./types.ts";
 import { checkSignature } from "./signed.ts";
@@ -530,9 +531,11 @@ function pump(s: Step): void {
 }
 
 function sendSafeWriteIfDue(s: Step): void {
-  const safe = s.state.safeWrite;
+  const owed = s.state.safeWrite;
   const { expiryPolicy } = s.config;
-  if (safe === null || expiryPolicy.kind !== "safe" || s.state.inFlight !== null || !s.state.online || s.nowMs < safe.notBeforeMs) return;
+  if (owed === null || expiryPolicy.kind !== "safe" || s.state.inFlight !== null || !s.state.online || s.nowMs < owed.notBeforeMs) return;
+  const safe = owed.unconfirmed ? regrantSafeWrite(s, owed) : owed;
+  if (safe === null) return;
   const cmd: QueuedCommand = {
     ref: null,
     holder: GATEWAY_HOLDER,
@@ -545,6 +548,15 @@ function sendSafeWriteIfDue(s: Step): void {
   if (judge(s, cmd).kind !== "accept") return; // unreachable: a newer grant clears the safe write
   s.set({ safeWrite: { ...safe, seq: safe.seq + 1, attempts: safe.attempts + 1 } });
   accept(s, cmd);
+}
+
+/** A fresh token for a safe write whose token the group never confirmed (grantFailed), or null when none is left. */
+function regrantSafeWrite(s: Step, owed: SafeWrite): SafeWrite | null {
+  const token = grantToken(s, GATEWAY_HOLDER);
+  if (token === null) return null;
+  const safe: SafeWrite = { token, seq: 0, attempts: owed.attempts, notBeforeMs: owed.notBeforeMs };
+  s.set({ safeWrite: safe });
+  return safe;
 }
 
 function accept(s: Step, cmd: QueuedCommand): void {
@@ -700,7 +712,9 @@ function stepDown(s: Step): void {
  * A grant the group never confirmed: nothing of the step that made it may be shown as if it had
  * been. A success reply becomes GROUP_UNAVAILABLE, a device write was not sent (its command
  * fails DEVICE_UNAVAILABLE), events and the state wait for this step; refusals pass (they claim
- * nothing). The lease ends; nothing moved under it, so no safe write is owed for it.
+ * nothing). The lease of `token` ends; nothing moved under it, so no safe write is owed for it.
+ * A safe write owed under `token` or above (a later grant of the step, withheld: a takeover's)
+ * stays owed, under a fresh token (sendSafeWriteIfDue): its own was never confirmed.
  */
 function grantFailed(s: Step, token: number, reason: string, withheld: readonly Effect[]): void {
   for (const effect of withheld) {
@@ -712,7 +726,8 @@ function grantFailed(s: Step, token: number, reason: string, withheld: readonly 
       deviceResult(s, effect.token, effect.seq, { kind: "failed", code: "DEVICE_UNAVAILABLE", message });
     }
   }
-  const { lease } = s.state;
+  const { lease, safeWrite } = s.state;
+  if (safeWrite !== null && safeWrite.token >= token) s.set({ safeWrite: { ...safeWrite, unconfirmed: true } });
   if (lease?.token !== token) return;
   s.set({ lease: null });
   s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token, code: "GROUP_UNAVAILABLE" } });

@@ -103,6 +103,12 @@ export interface SafeWrite {
   readonly attempts: number;
   /** Monotonic time before which the next attempt is not sent (backoff after a failure). */
   readonly notBeforeMs: number;
+  /**
+   * The gateway group never confirmed `token`'s grant: no attempt goes out under it (another
+   * gateway, or this one after a restart, may grant it again). The next attempt takes a
+   * fresh token first, durable before it is sent.
+   */
+  readonly unconfirmed?: true;
 }
 
 export interface ActuatorState {

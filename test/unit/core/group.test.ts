@@ -164,4 +164,40 @@ describe("a grant the group could not confirm", () => {
     });
     expect(d.state.safeWrite?.notBeforeMs).toBeGreaterThan(d.nowMs);
   });
+
+  /** The device writes among `effects`, each with the tokens granted (persisted) before it in the step. */
+  const writesAfterGrants = (effects: readonly Effect[]) => {
+    const granted: number[] = [];
+    const writes: { token: number; seq: number; grantedBefore: number[] }[] = [];
+    for (const e of effects) {
+      if (e.kind === "persist" && e.record.type === "granted") granted.push(e.record.token);
+      if (e.kind === "deviceWrite") writes.push({ token: e.token, seq: e.seq, grantedBefore: [...granted] });
+    }
+    return writes;
+  };
+
+  it("sends the owed safe write again only under a fresh token, granted before it, never under the one the group did not confirm", () => {
+    const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+    const d = new CoreDriver(config);
+    tokenOf(d.acquire("A", 1_000));
+    const expiry = d.advance(1_000);
+    const unconfirmed = d.state.highestGranted;
+    d.feed(failed(unconfirmed, afterGrant(expiry)));
+    const retry = d.advance(config.limits.safeRetryMaxMs);
+    expect(writesAfterGrants(retry)).toEqual([{ token: unconfirmed + 1, seq: 0, grantedBefore: [unconfirmed + 1] }]);
+    // Confirmed this time: applied, nothing more is owed.
+    d.feed({ type: "deviceResult", token: unconfirmed + 1, seq: 0, outcome: { kind: "applied", applied: { position: 0 } } });
+    expect(d.state.safeWrite).toBeNull();
+  });
+
+  it("after a takeover the group did not confirm, owes its safe write under a fresh token: the takeover's second grant was withheld too", () => {
+    const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+    const d = new CoreDriver(config);
+    const takeover = d.feed({ type: "takeover", floor: 5 });
+    expect(persists(takeover).map((r) => r.type === "granted" && r.token)).toEqual([6, 7]); // the takeover's, then the safe write's
+    d.feed(failed(6, afterGrant(takeover)));
+    expect(d.state.safeWrite).toMatchObject({ token: 7, unconfirmed: true });
+    const retry = d.advance(config.limits.safeRetryMaxMs);
+    expect(writesAfterGrants(retry)).toEqual([{ token: 8, seq: 0, grantedBefore: [8] }]);
+  });
 });
