@@ -1,6 +1,9 @@
 /**
  * The `fencegate` operator commands run as subprocesses against the real daemon, a real
  * Mosquitto and the simulated valves: human output, --json, and the exit code classes.
+ * They run the CLI bundled from the sources, as `npm run build` ships it: some fifty starts
+ * through tsx cost over a minute of CPU here. The tsx path (bin/fencegate.mjs with no build)
+ * is what the first-hour, runner and README tests start.
  */
 import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -10,7 +13,8 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
 import { embeddedBroker } from "../../../src/dev/broker.ts";
-import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
+import { bundleCli, type CliBundle } from "../../support/bundle.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
 import { TopicWatcher } from "../../support/watch.ts";
 
@@ -18,6 +22,7 @@ let dir: string;
 let broker: Broker;
 let sim: SimulatorHandle;
 let daemon: DaemonProcess;
+let bundle: CliBundle;
 
 interface Run {
   readonly code: number;
@@ -34,7 +39,7 @@ const stateDir = () => join(dir, "state");
 
 async function cliWith(env: Record<string, string>, ...args: string[]): Promise<Run> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, ...args], {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bundle.bin, ...args], {
       env: { ...process.env, FENCEGATE_STATE_DIR: stateDir(), ...env },
       encoding: "utf8",
       timeout: 30_000,
@@ -50,7 +55,7 @@ const json = (r: Run) => JSON.parse(r.stdout);
 
 /** `fencegate watch ACTUATOR` running: `seen(pattern)` resolves once its output matches, and fails with the output if it does not within 15 s. */
 function watchOutput(actuator: string) {
-  const child = spawn(process.execPath, [FENCEGATE_BIN, "watch", actuator], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
+  const child = spawn(process.execPath, [bundle.bin, "watch", actuator], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
   let output = "";
   child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
   const seen = (pattern: RegExp) =>
@@ -66,6 +71,7 @@ function watchOutput(actuator: string) {
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-cli-"));
+  bundle = await bundleCli();
   broker = await startMosquitto();
   sim = await startSimulator({ tcp: { host: "127.0.0.1", port: 0 }, units: [1, 2, 3], rate: 0 });
   daemon = DaemonProcess.start(
@@ -76,6 +82,7 @@ beforeAll(async () => {
       buses: { sim: { type: "tcp", host: "127.0.0.1", port: sim.tcp!.port, timeoutMs: 1000 } },
       actuators: [valve("valve-1", "sim", 1), valve("valve-2", "sim", 2), valve("valve-3", "sim", 3)],
     }),
+    { bin: bundle.bin },
   );
   await daemon.ready(["valve-1", "valve-2", "valve-3"]);
 });
@@ -84,6 +91,7 @@ afterAll(async () => {
   await daemon?.kill("SIGTERM");
   await sim?.close();
   await broker?.stop();
+  bundle?.remove();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -161,7 +169,7 @@ describe("fencegate CLI", () => {
   });
 
   it("follows states and decisions with watch", async () => {
-    const watch = spawn(process.execPath, [FENCEGATE_BIN, "watch", "valve-3", "--json", "--count", "3"], {
+    const watch = spawn(process.execPath, [bundle.bin, "watch", "valve-3", "--json", "--count", "3"], {
       env: { ...process.env, FENCEGATE_BROKER: broker.url },
       stdio: ["ignore", "pipe", "inherit"],
     });
@@ -342,7 +350,7 @@ describe("fencegate CLI without a gateway", () => {
     const wire = await TopicWatcher.connect(lonely.url, ["fencegate/#"]);
     try {
       const askedAt = wire.waitFor((m) => !m.retain, { timeoutMs: 30_000, what: "the CLI's request" }).then(() => performance.now());
-      const child = spawn(process.execPath, [FENCEGATE_BIN, "read", "valve-1"], {
+      const child = spawn(process.execPath, [bundle.bin, "read", "valve-1"], {
         env: { ...process.env, FENCEGATE_BROKER: lonely.url },
         stdio: ["ignore", "ignore", "pipe"],
       });

@@ -3,7 +3,8 @@
  * valves over Modbus TCP), read while the daemon keeps committing: the reader never blocks
  * a commit, never sees a torn state, and the journal is whole afterwards. Commands' records
  * reach the journal within the audit lag: a test reads the trail once the
- * daemon's /metrics says nothing is waiting for a commit.
+ * daemon's /metrics says nothing is waiting for a commit. `fencegate log` runs bundled, as
+ * `npm run build` ships it (the tsx start costs more than a reader's work, many times over).
  */
 import { execFile } from "node:child_process";
 import http from "node:http";
@@ -16,7 +17,8 @@ import { stringify } from "yaml";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import type { SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
 import { TestController } from "../../support/controller.ts";
-import { FENCEGATE_BIN, valve, type DaemonProcess } from "../../support/daemon.ts";
+import { bundleCli } from "../../support/bundle.ts";
+import { valve, type DaemonProcess } from "../../support/daemon.ts";
 import { freePort } from "../../support/ports.ts";
 import { Teardown, daemonReport, startStack, stopDaemon } from "../../support/stack.ts";
 
@@ -28,6 +30,7 @@ let sim: SimulatorHandle;
 let a: TestController;
 let b: TestController;
 let metricsPort: number;
+let bin: string;
 
 /** Resolves once no journal record waits for its commit: every command replied so far is in the trail. */
 async function trailDurable(): Promise<void> {
@@ -54,7 +57,7 @@ interface Run {
 
 async function log(...args: string[]): Promise<Run> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "log", ...args], {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bin, "log", ...args], {
       encoding: "utf8",
       timeout: 30_000,
       env: { ...process.env, FENCEGATE_CONFIG: "" },
@@ -83,6 +86,7 @@ async function logJson(...args: string[]): Promise<Entry[]> {
 }
 
 beforeAll(async () => {
+  bin = teardown.add(await bundleCli(), (b) => b.remove()).bin;
   metricsPort = await freePort();
   const stack = await startStack(teardown, {
     name: "log",
