@@ -11,7 +11,7 @@ import { etcdClientFor, publishedConfig } from "../config/etcd.ts";
 import type { GatewayConfig } from "../config/schema.ts";
 import { leadershipConfig } from "../core/leadership.ts";
 import type { Gateway } from "../shell/gateway.ts";
-import type { Clock } from "../shell/ports.ts";
+import type { Clock, GroupPort } from "../shell/ports.ts";
 import { MAX_UNSERVED_ACTUATORS, type UnservedActuators } from "../shell/unserved.ts";
 import { whenUp } from "./buses.ts";
 
@@ -71,6 +71,16 @@ export function groupMember(
     "group member started; standing by until this gateway holds the group's leader key",
   );
   return member;
+}
+
+/** The shell's view of the group member, made before the member (which needs the gateway). */
+export function groupPort(member: () => EtcdGroupMember): GroupPort {
+  return {
+    commitGrant: (a, t) => member().commitGrant(a, t),
+    readToken: (a) => member().readToken(a),
+    mayDriveDevices: () => member().mayDriveDevices(),
+    stale: (why) => member().stale(why),
+  };
 }
 
 /** What becoming active and stepping down act on: the daemon's buses and MQTT link, or the simulator's. */
