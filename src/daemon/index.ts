@@ -15,7 +15,7 @@ import { Gateway, type GatewayDeps } from "../shell/gateway.ts";
 import { PublishingOutbox } from "../shell/outbox.ts";
 import { UnservedActuators } from "../shell/unserved.ts";
 import { actuatorBindings, openBuses, wireBuses } from "./buses.ts";
-import { groupMember } from "./group.ts";
+import { groupMember, groupPort } from "./group.ts";
 import { healthSource, Lifecycle } from "./health.ts";
 import { HttpSide } from "./http.ts";
 import { openJournal } from "./journal.ts";
@@ -193,16 +193,6 @@ function gatewayDeps(
     outbox,
     log,
     ...rest,
-  };
-}
-
-/** The shell's view of the group member, made before the member (which needs the gateway). */
-function groupPort(member: () => EtcdGroupMember): NonNullable<GatewayDeps["group"]> {
-  return {
-    commitGrant: (a, t) => member().commitGrant(a, t),
-    readToken: (a) => member().readToken(a),
-    mayDriveDevices: () => member().mayDriveDevices(),
-    stale: (why) => member().stale(why),
   };
 }
 

@@ -27,6 +27,15 @@
  *     BAD_SIGNATURE (every simulated controller signs correctly), and a signed renew or
  *     release is accepted only with a counter above every one its lease accepted before (a
  *     duplicated or reordered one is a replay).
+ *
+ * In a gateway group (two gateways, each its own journal, the same devices) rules 2 to 5 are
+ * judged per gateway process, against that gateway's own journal and its own replies (every
+ * lease ends at a takeover: the new gateway cannot know the old one's), and rules 1, 6 and 7
+ * across the group, the writes at the moment their frame leaves (a deposed gateway may hand
+ * a write to its bus, which refuses to send it). And:
+ *  9. a frame leaves a gateway only while the group's leader key is its own, and every token
+ *     it uses (a lease replied, a write) is in the group's counter, committed by it; a new
+ *     lease's token is above every token any gateway of the group replied before.
  */
 import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
@@ -55,21 +64,39 @@ interface LiveLease {
   expiresAtMs: number;
 }
 
-class ActuatorHistory {
-  // what the journal holds, folded by the checker itself
+/** What one gateway's journal holds of an actuator, folded by the checker itself. */
+class JournalView {
   durableFence: Pair = { token: 0, seq: null };
   readonly grants = new Map<number, string>();
   /** The newest intent the audit trail made durable: they come in the order written. */
   lastDurableIntent: Pair | null = null;
+}
+
+/** A gateway process, as the checker knows it: the journal it writes, and its gateway group's name for it. */
+interface ProcessInfo {
+  readonly journal: string;
+  readonly member: string | null;
+}
+
+class ActuatorHistory {
+  /** Per journal: one alone, one per gateway of a group. */
+  readonly journals = new Map<string, JournalView>();
   // what happened at the device
   lastWrite: Pair | null = null;
   lastApplied: Pair | null = null;
   readonly applied = new Set<string>();
-  // what the gateway said about leases
-  lease: LiveLease | null = null;
+  /** Per token, whose commands were sent under it (rule 7 names the last applied's). */
+  readonly sentFor = new Map<number, string>();
+  // what the gateways said about leases
+  /** Per gateway process (epoch): its live lease. */
+  readonly leases = new Map<number, LiveLease>();
+  /** The lease granted last, by any process: rule 7 asks how it ended. */
+  newest: LiveLease | null = null;
   /** How the newest lease ended, once it has: null while it lives (or before any). */
   endedBy: "release" | "other" | null = null;
   highestReplied = 0;
+  /** Gateway group: each token in the group's counter, and which member committed it. */
+  readonly committed = new Map<number, string>();
   /** The highest counter a signed renew or release of each token was accepted with (rule 8). */
   readonly signedCounters = new Map<number, number>();
   /** Expiry policy "safe" (rule 7). */
@@ -96,7 +123,8 @@ export class Checker {
   private tailStartMs = Number.POSITIVE_INFINITY;
   private halted = false;
   /** Writes whose intent is not yet durable, oldest first, with when it must be (rule 3's lag). */
-  private auditDue: { actuator: string; key: string; dueMs: number }[] = [];
+  private auditDue: { actuator: string; key: string; dueMs: number; epoch: number }[] = [];
+  private readonly processes = new Map<number, ProcessInfo>();
 
   constructor(
     private readonly clock: () => number,
@@ -138,34 +166,57 @@ export class Checker {
     return h;
   }
 
+  /** A gateway process starts, writing `journal` ("" alone), as `member` of a gateway group (null alone). */
+  processStarted(epoch: number, journal: string, member: string | null): void {
+    this.processes.set(epoch, { journal, member });
+  }
+
+  private process(epoch: number): ProcessInfo {
+    return this.processes.get(epoch) ?? { journal: "", member: null };
+  }
+
+  private journalOf(h: ActuatorHistory, journal: string): JournalView {
+    let view = h.journals.get(journal);
+    if (view === undefined) h.journals.set(journal, (view = new JournalView()));
+    return view;
+  }
+
+  /** The process's live lease on the actuator at this instant, or null. */
+  private liveLease(h: ActuatorHistory, epoch: number): LiveLease | null {
+    const lease = h.leases.get(epoch);
+    return lease !== undefined && this.clock() < lease.expiresAtMs ? lease : null;
+  }
+
   // -------------------------------------------------------------------------------------
   // the journal
 
-  /** A commit returned: its entries are durable. */
-  onDurable(entries: readonly JournalEntry[]): void {
+  /** A commit returned: its entries are durable (in `journal`, "" alone). */
+  onDurable(entries: readonly JournalEntry[], journal = ""): void {
     this.checkAuditLag();
-    for (const { actuator, record } of entries) this.onDurableRecord(actuator, this.of(actuator), record);
+    for (const { actuator, record } of entries) this.onDurableRecord(actuator, record, journal);
   }
 
-  private onDurableRecord(actuator: string, h: ActuatorHistory, record: JournalRecord): void {
-    this.note(`durable ${actuator} ${JSON.stringify(record)}`);
+  private onDurableRecord(actuator: string, record: JournalRecord, journal: string): void {
+    const h = this.of(actuator);
+    const j = this.journalOf(h, journal);
+    this.note(`durable ${journal === "" ? "" : `${journal} `}${actuator} ${JSON.stringify(record)}`);
     switch (record.type) {
       case "granted":
-        if (h.grants.has(record.token))
-          this.violate(`${actuator}: token ${record.token} granted twice (to ${h.grants.get(record.token)} and ${record.holder})`);
-        if (record.token <= h.durableFence.token)
-          this.violate(`${actuator}: token ${record.token} granted at or below the durable fence ${show(h.durableFence)}`);
-        h.grants.set(record.token, record.holder);
-        this.raise(h, { token: record.token, seq: null });
+        if (j.grants.has(record.token))
+          this.violate(`${actuator}: token ${record.token} granted twice (to ${j.grants.get(record.token)} and ${record.holder})`);
+        if (record.token <= j.durableFence.token)
+          this.violate(`${actuator}: token ${record.token} granted at or below the durable fence ${show(j.durableFence)}`);
+        j.grants.set(record.token, record.holder);
+        this.raise(j, { token: record.token, seq: null });
         return;
       case "intent": {
         const p = { token: record.token, seq: record.seq };
-        if (h.lastDurableIntent !== null && cmp(p, h.lastDurableIntent) <= 0)
-          this.violate(`${actuator}: the audit record of ${show(p)} became durable after that of ${show(h.lastDurableIntent)}`);
-        h.lastDurableIntent = p;
+        if (j.lastDurableIntent !== null && cmp(p, j.lastDurableIntent) <= 0)
+          this.violate(`${actuator}: the audit record of ${show(p)} became durable after that of ${show(j.lastDurableIntent)}`);
+        j.lastDurableIntent = p;
         const k = key(record.token, record.seq);
         this.auditDue = this.auditDue.filter((d) => d.actuator !== actuator || d.key !== k);
-        this.raise(h, p);
+        this.raise(j, p);
         return;
       }
       case "outcome":
@@ -173,41 +224,75 @@ export class Checker {
           this.violate(`${actuator}: the audit trail records (${record.token}, ${record.seq}) applied, which the device never applied`);
         return;
       case "fenceObserved":
-        this.raise(h, { token: record.token, seq: record.seq });
+        this.raise(j, { token: record.token, seq: record.seq });
         return;
     }
   }
 
-  private raise(h: ActuatorHistory, p: Pair): void {
+  private raise(h: JournalView, p: Pair): void {
     if (cmp(p, h.durableFence) > 0) h.durableFence = p;
   }
 
   // -------------------------------------------------------------------------------------
   // the devices
 
-  /** The gateway handed a command to the device port: the moment it was accepted. */
-  onDeviceWrite(actuator: string, holder: string, token: number, seq: number): void {
+  /**
+   * Process `epoch` handed a command to the device port: the moment it was accepted. Alone,
+   * its frame leaves now too; in a group, {@link onFrame} says when (or whether) it does.
+   */
+  onDeviceWrite(actuator: string, holder: string, token: number, seq: number, epoch: number): void {
     const h = this.of(actuator);
-    this.note(`write ${actuator} ${holder} (${token}, ${seq})`);
+    const { journal, member } = this.process(epoch);
+    const j = this.journalOf(h, journal);
+    this.note(`write ${member === null ? "" : `${member} `}${actuator} ${holder} (${token}, ${seq})`);
     this.counts.accepted++;
     if (holder === GATEWAY_HOLDER) this.counts.safeWrites++;
     this.checkAuditLag();
-    if (h.grants.get(token) !== holder)
+    if (j.grants.get(token) !== holder)
       this.violate(`${actuator}: (${token}, ${seq}) of ${holder} was written to the device under a token not durably granted to ${holder}`);
-    if (cmp({ token, seq }, h.durableFence) <= 0)
-      this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(h.durableFence)}`);
-    this.auditDue.push({ actuator, key: key(token, seq), dueMs: this.clock() + this.auditLagMs });
+    if (cmp({ token, seq }, j.durableFence) <= 0)
+      this.violate(`${actuator}: (${token}, ${seq}) accepted at or below the durable fence ${show(j.durableFence)}`);
+    this.auditDue.push({ actuator, key: key(token, seq), dueMs: this.clock() + this.auditLagMs, epoch });
     // The gateway's own safe-value write needs no lease; every other write needs the live one.
-    const live = h.lease !== null && this.clock() < h.lease.expiresAtMs ? h.lease : null;
+    const live = this.liveLease(h, epoch);
     if (holder !== GATEWAY_HOLDER && (live === null || live.token !== token || live.holder !== holder)) {
       this.violate(
         `${actuator}: (${token}, ${seq}) of ${holder} accepted while the live lease is ${live ? `${live.token} of ${live.holder}` : "none"}`,
       );
     }
+    if (member === null) this.frameLeft(actuator, h, holder, token, seq);
+    else if (!this.inGroupCounter(h, member, holder, token))
+      this.violate(`${actuator}: (${token}, ${seq}) of ${holder} accepted by ${member} under a token it never committed to the group`);
+  }
+
+  /** Gateway group: the frame of a write leaves `member`, which holds the group's leader key or not. */
+  onFrame(actuator: string, holder: string, token: number, seq: number, member: string, leader: boolean): void {
+    this.note(`frame ${member} ${actuator} (${token}, ${seq})`);
+    if (!leader) this.violate(`${actuator}: the frame of (${token}, ${seq}) left ${member} while the group's leader key was not its own`);
+    this.frameLeft(actuator, this.of(actuator), holder, token, seq);
+  }
+
+  private frameLeft(actuator: string, h: ActuatorHistory, holder: string, token: number, seq: number): void {
     const p = { token, seq };
     if (h.lastWrite !== null && cmp(p, h.lastWrite) <= 0)
       this.violate(`${actuator}: write (${token}, ${seq}) after write ${show(h.lastWrite)}`);
     h.lastWrite = p;
+    h.sentFor.set(token, holder);
+  }
+
+  /** Gateway group: `member`'s transaction put `token` into the group's counter of `actuator`. */
+  onGroupCommitted(actuator: string, member: string, token: number): void {
+    this.note(`group ${member} committed ${actuator} ${token}`);
+    this.of(actuator).committed.set(token, member);
+  }
+
+  /**
+   * A controller's token is its grant's, committed as it is; the gateway's own (a takeover
+   * and the safe write it owes) may be covered by a higher one committed in the same step.
+   */
+  private inGroupCounter(h: ActuatorHistory, member: string, holder: string, token: number): boolean {
+    if (holder !== GATEWAY_HOLDER) return h.committed.get(token) === member;
+    return [...h.committed].some(([t, by]) => by === member && t >= token);
   }
 
   /** The device acted on a command carrying API (token, seq). */
@@ -239,25 +324,45 @@ export class Checker {
     this.note(`crash ${epoch}`);
     // What the process had not yet committed is lost with it: allowed, once within the lag.
     this.checkAuditLag();
-    this.auditDue = [];
-    for (const h of this.actuators.values()) this.endLease(h, "other"); // every lease ends with the process
+    this.auditDue = this.auditDue.filter((d) => d.epoch !== epoch);
+    this.endLeasesOf(epoch); // every lease ends with the process
   }
 
-  /** A lease ended early by the gateway's own decision (a device fence ahead of its own). */
-  onLeaseRevoked(actuator: string, token: number): void {
+  /** Gateway group: process `epoch` stood down; its leases ended. */
+  onStandDown(epoch: number): void {
+    this.note(`standDown ${epoch}`);
+    this.endLeasesOf(epoch);
+  }
+
+  /** Process `epoch` was paused for `ms` (SIGSTOP, a long GC): its audit writer's lag runs on its own time. */
+  onPaused(epoch: number, ms: number): void {
+    this.note(`paused ${epoch} ${ms}`);
+    for (const d of this.auditDue) if (d.epoch === epoch) d.dueMs += ms;
+  }
+
+  private endLeasesOf(epoch: number): void {
+    for (const h of this.actuators.values()) {
+      const lease = h.leases.get(epoch);
+      if (lease !== undefined) this.endLease(h, lease, "other");
+    }
+  }
+
+  /** A lease of process `epoch` ended early by the gateway's own decision (a device fence ahead of its own, a takeover). */
+  onLeaseRevoked(actuator: string, token: number, epoch: number): void {
     const h = this.of(actuator);
-    if (h.lease?.token === token) this.endLease(h, "other");
+    const lease = h.leases.get(epoch);
+    if (lease?.token === token) this.endLease(h, lease, "other");
   }
 
-  private endLease(h: ActuatorHistory, by: "release" | "other"): void {
-    if (h.lease === null) return;
+  private endLease(h: ActuatorHistory, lease: LiveLease, by: "release" | "other"): void {
     // A lease past its expiry had ended by then, whatever came after.
-    h.endedBy = this.clock() >= h.lease.expiresAtMs ? "other" : by;
-    h.lease = null;
+    if (lease === h.newest) h.endedBy = this.clock() >= lease.expiresAtMs ? "other" : by;
+    h.leases.delete(lease.epoch);
   }
 
   onReply(epoch: number, actuator: string, request: GatewayRequest, reply: OutboundReply): void {
     const h = this.of(actuator);
+    const { journal, member } = this.process(epoch);
     const now = this.clock();
     this.checkAuditLag();
     this.note(`reply ${epoch} ${actuator} ${JSON.stringify(request)} -> ${JSON.stringify(reply)}`);
@@ -286,13 +391,16 @@ export class Checker {
     }
     if (!("lease" in reply)) return; // a read
     if (reply.lease === null) {
-      if (request.verb === "lease/release" && h.lease?.token === request.token) this.endLease(h, "release");
+      const lease = h.leases.get(epoch);
+      if (request.verb === "lease/release" && lease?.token === request.token) this.endLease(h, lease, "release");
       return;
     }
     const { holder, token, ttlMs } = reply.lease;
-    if (h.grants.get(token) !== holder)
+    if (this.journalOf(h, journal).grants.get(token) !== holder)
       this.violate(`${actuator}: lease ${token} for ${holder} replied without a durable grant to that holder`);
-    const live = h.lease !== null && now < h.lease.expiresAtMs ? h.lease : null;
+    if (member !== null && h.committed.get(token) !== member)
+      this.violate(`${actuator}: lease ${token} for ${holder} replied by ${member} without its commit in the group's counter`);
+    const live = this.liveLease(h, epoch);
     if (live !== null && live.token === token && live.holder === holder && live.epoch === epoch) {
       live.expiresAtMs = now + ttlMs; // a renewal, or the live holder's repeated acquire
       return;
@@ -305,7 +413,9 @@ export class Checker {
     if (token <= h.highestReplied)
       this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
     h.highestReplied = Math.max(h.highestReplied, token);
-    h.lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
+    const lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
+    h.leases.set(epoch, lease);
+    h.newest = lease;
     h.endedBy = null;
     this.counts.grants++;
   }
@@ -318,12 +428,14 @@ export class Checker {
   /** Rule 3's bound: no intent of a live process waits past the audit lag for its commit. */
   private checkAuditLag(): void {
     const now = this.clock();
-    while (this.auditDue.length > 0 && this.auditDue[0]!.dueMs < now) {
-      const late = this.auditDue.shift()!;
+    // Oldest first, but a pause moves its process's entries on: not sorted by due time then.
+    if (!this.auditDue.some((d) => d.dueMs < now)) return;
+    for (const late of this.auditDue.filter((d) => d.dueMs < now)) {
       this.violate(
         `${late.actuator}: the audit record of (${late.key.replace(":", ", ")}) was not durable ${this.auditLagMs} ms after its write (the audit lag)`,
       );
     }
+    this.auditDue = this.auditDue.filter((d) => d.dueMs >= now);
   }
 
   // -------------------------------------------------------------------------------------
@@ -363,9 +475,9 @@ export class Checker {
   }
 
   private checkSafeValues(actuator: string, h: ActuatorHistory): void {
-    if (h.lease !== null) this.endLease(h, "other"); // it can only have run out by now
+    for (const lease of [...h.leases.values()]) this.endLease(h, lease, "other"); // it can only have run out by now
     if (h.endedBy !== "other" || h.lastApplied === null) return;
-    const holder = h.grants.get(h.lastApplied.token);
+    const holder = h.sentFor.get(h.lastApplied.token);
     if (holder !== GATEWAY_HOLDER) {
       this.violate(
         `${actuator}: its lease ended (not released) and the device was left at ${holder ?? "an unknown holder"}'s ${show(h.lastApplied)}, not at the safe values`,

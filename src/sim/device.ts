@@ -13,10 +13,18 @@
  * next answer reports it online.
  */
 import { Device, MemoryEeprom, PowerLoss, type Refusal } from "../../firmware-bridge/src/device.ts";
-import { FENCED, PLAIN, decodeFence, encodeCommandBlock, rawToPosition } from "../../packages/protocol/src/modbus-profile.ts";
+import {
+  FENCED,
+  FENCE_REFUSED_EXCEPTION,
+  PLAIN,
+  decodeFence,
+  encodeCommandBlock,
+  encodeFenceRaise,
+  rawToPosition,
+} from "../../packages/protocol/src/modbus-profile.ts";
 import { exceptionOutcome } from "../adapters/modbus/exceptions.ts";
 import type { Fence, Outcome, PointValues } from "../core/types.ts";
-import type { DeviceCommand, DevicePort } from "../shell/ports.ts";
+import type { DeviceCommand, DevicePort, FenceRaise } from "../shell/ports.ts";
 import type { Prng } from "./prng.ts";
 import type { World } from "./world.ts";
 
@@ -101,14 +109,18 @@ class LineTimeout extends Error {
 }
 
 class LinkDown extends Error {
-  constructor() {
-    super("the link to the device is down");
+  constructor(why = "the link to the device is down") {
+    super(why);
   }
 }
 
 export interface PortHooks {
-  /** Is the gateway process that owns this port still running? */
-  alive(): boolean;
+  /** Runs `fn` (an answer off the line) when the process that owns this port takes it: never once it died. */
+  enter(fn: () => void): void;
+  /** In a gateway group: may a frame be sent now? Asked before every one, as the bus asks the member. */
+  permit?(): boolean;
+  /** A write's frame is on the wire (in a group; alone, `beforeWrite` is that moment). */
+  onFrame?(cmd: DeviceCommand): void;
   /** The bus's unit online/offline report. */
   onUnit(online: boolean): void;
   /** The gateway hands a command to the port: the moment it was accepted. */
@@ -124,6 +136,8 @@ const isRefusal = (x: unknown): x is Refusal => typeof x === "object" && x !== n
 export class SimDevicePort implements DevicePort {
   private chain: Promise<unknown> = Promise.resolve();
   private writeCounter = { token: 0, next: 0 };
+  /** A gateway group's standby keeps its buses closed; closing drops what waits for the line. */
+  private open = true;
   private online: boolean | null = null;
   private timeoutsInARow = 0;
   readonly timeoutMs: number;
@@ -138,19 +152,31 @@ export class SimDevicePort implements DevicePort {
     this.timeoutMs = 2 * faults().latencyMaxMs + 10;
   }
 
+  /** The bus opens (a gateway group's member becoming active) or closes (stepping down, or standing by). */
+  setOpen(open: boolean): void {
+    this.open = open;
+    // A bus opened afresh reports its units anew, as the real one does: online at their first answer.
+    if (!open) {
+      this.online = null;
+      this.timeoutsInARow = 0;
+    }
+  }
+
   async write(cmd: DeviceCommand): Promise<Outcome> {
     this.hooks.beforeWrite(cmd);
     // Like the real adapter: the device seq is this process's count of writes under the token.
-    if (this.writeCounter.token !== cmd.token) this.writeCounter = { token: cmd.token, next: 0 };
-    const deviceSeq = this.writeCounter.next++;
+    const deviceSeq = this.deviceSeqFor(cmd.token);
     try {
-      const result = await this.transact((nowMs) => {
-        const r = this.unit.writeCommand(cmd, deviceSeq, nowMs, this.rng, this.faults(), () =>
-          this.hooks.fault("device.powerLossMidCommand"),
-        );
-        if (r === undefined) this.hooks.afterAct();
-        return r;
-      });
+      const result = await this.transact(
+        (nowMs) => {
+          const r = this.unit.writeCommand(cmd, deviceSeq, nowMs, this.rng, this.faults(), () =>
+            this.hooks.fault("device.powerLossMidCommand"),
+          );
+          if (r === undefined) this.hooks.afterAct();
+          return r;
+        },
+        () => this.hooks.onFrame?.(cmd),
+      );
       if (result === undefined) return { kind: "applied", applied: { position: cmd.set.position ?? 0 } };
       return { kind: "failed", ...exceptionOutcome(result.exception, this.unit.profile === "fenced"), modbusCode: result.exception };
     } catch (err) {
@@ -162,6 +188,31 @@ export class SimDevicePort implements DevicePort {
         message: "The device did not confirm the write in time; it may or may not have acted, so re-read state.",
       };
     }
+  }
+
+  /** Fenced profile 1.1's FENCE_RAISE, as the Modbus adapter sends it: the next device seq under the token. */
+  async raiseFence(token: number): Promise<FenceRaise> {
+    if (this.unit.profile !== "fenced") return { kind: "unsupported", message: "A plain device keeps no fence of its own." };
+    const seq = this.deviceSeqFor(token);
+    try {
+      const refused = await this.transact((nowMs) =>
+        this.unit.device.write(FENCED.FENCE_RAISE_START, encodeFenceRaise(token, seq), 16, nowMs),
+      );
+      if (refused === undefined) return { kind: "raised" };
+      if (refused.exception === FENCE_REFUSED_EXCEPTION)
+        return {
+          kind: "refused",
+          message: `The device refused fence ${token}: it holds a newer token, so another gateway has taken over.`,
+        };
+      return { kind: "failed", message: `The fence raise was not confirmed: exception ${refused.exception}.` };
+    } catch (err) {
+      return { kind: "failed", message: `The fence raise was not confirmed: ${(err as Error).message}.` };
+    }
+  }
+
+  private deviceSeqFor(token: number): number {
+    if (this.writeCounter.token !== token) this.writeCounter = { token, next: 0 };
+    return this.writeCounter.next++;
   }
 
   async read(): Promise<PointValues> {
@@ -180,32 +231,34 @@ export class SimDevicePort implements DevicePort {
   }
 
   /** One transaction at a time, as on the bus. A dead process's transactions never settle. */
-  private transact<T>(atDevice: (nowMs: number) => T): Promise<T> {
-    const run = this.chain.then(() => this.once(atDevice));
+  private transact<T>(atDevice: (nowMs: number) => T, onSent?: () => void): Promise<T> {
+    const run = this.chain.then(() => this.once(atDevice, onSent));
     this.chain = run.catch(() => {});
     return run;
   }
 
-  private once<T>(atDevice: (nowMs: number) => T): Promise<T> {
+  private once<T>(atDevice: (nowMs: number) => T, onSent?: () => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const { hooks, world, rng } = this;
       const faults = this.faults();
       const startMs = world.nowMs;
-      const settle = (fn: () => void) => {
-        if (hooks.alive()) fn();
-      };
       const timeout = () =>
         world.at(startMs + this.timeoutMs, () =>
-          settle(() => {
+          hooks.enter(() => {
             this.report(false);
             reject(new LineTimeout());
           }),
         );
+      if (!this.open || hooks.permit?.() === false) {
+        reject(new LinkDown("this gateway may not drive the bus now (it is not the group's active gateway)"));
+        return;
+      }
       if (this.unit.busDown) {
         this.setOnline(false);
         reject(new LinkDown());
         return;
       }
+      onSent?.();
       const requestMs = rng.int(1, faults.latencyMaxMs);
       const answerMs = rng.int(1, faults.latencyMaxMs);
       const crcOut = rng.chance(faults.pCrc);
@@ -226,7 +279,7 @@ export class SimDevicePort implements DevicePort {
           return;
         }
         world.after(answerMs, () =>
-          settle(() => {
+          hooks.enter(() => {
             this.report(true);
             resolve(result);
           }),

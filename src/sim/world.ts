@@ -48,14 +48,14 @@ export class World {
   }
 
   /**
-   * The Scheduler port for one gateway process. `alive` is checked when an event fires: a
-   * crashed process's timers and deferred flushes never run.
+   * The Scheduler port for one gateway process. Each timer, when it fires, goes through
+   * `enter`: a crashed process's timers and deferred flushes never run, a paused one's wait.
    */
-  schedulerFor(alive: () => boolean): Scheduler {
+  schedulerFor(enter: (fn: () => void) => void): Scheduler {
     return {
-      at: (atMs, fn) => this.at(atMs, () => alive() && fn()),
+      at: (atMs, fn) => this.at(atMs, () => enter(fn)),
       // After the current event: the same instant, behind everything already due now.
-      defer: (fn) => void this.at(this.nowMs, () => alive() && fn()),
+      defer: (fn) => void this.at(this.nowMs, () => enter(fn)),
     };
   }
 

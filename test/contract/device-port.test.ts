@@ -72,7 +72,7 @@ async function simulatorRig(profile: Profile): Promise<DeviceRig> {
   const world = new World(10_000);
   const unit = new SimActuator("valve-1", profile, world, 1);
   const port = new SimDevicePort(unit, world, new Prng(1), () => ({ latencyMaxMs: 5, pLostAnswer: 0, pCrc: 0, pPowerLoss: 0 }), {
-    alive: () => true,
+    enter: (fn) => fn(),
     onUnit: () => {},
     beforeWrite: () => {},
     afterAct: () => {},

@@ -34,10 +34,13 @@ import {
 } from "../../core/leadership.ts";
 import type { Clock, GrantCommit, GroupPort, Scheduler } from "../../shell/ports.ts";
 import { configDifferences, parsePublished, type PublishedConfig } from "./actuator-digest.ts";
-import { EtcdClient, EtcdError, type KeyValue } from "./client.ts";
+import { EtcdError, type EtcdClient, type KeyValue } from "./client.ts";
+
+/** The requests a member makes of etcd: the client's, or the simulator's etcd. */
+export type EtcdRequests = Pick<EtcdClient, "grantLease" | "keepAlive" | "revokeLease" | "get" | "list" | "put" | "txn" | "close">;
 
 export interface GroupMemberOptions {
-  readonly client: EtcdClient;
+  readonly client: EtcdRequests;
   readonly group: string;
   readonly gatewayId: string;
   readonly config: LeadershipConfig;
@@ -92,7 +95,7 @@ export function differencesSentence(
 
 /** The other members whose published actuator configuration differs from `mine`, and how. */
 export async function differingMembers(
-  client: EtcdClient,
+  client: EtcdRequests,
   group: string,
   mine: PublishedConfig,
 ): Promise<{ gateway: string; differences: string[] }[]> {
