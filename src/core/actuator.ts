@@ -712,13 +712,16 @@ function stepDown(s: Step): void {
  * A grant the group never confirmed: nothing of the step that made it may be shown as if it had
  * been. A success reply becomes GROUP_UNAVAILABLE, a device write was not sent (its command
  * fails DEVICE_UNAVAILABLE), events and the state wait for this step; refusals pass (they claim
- * nothing). The lease of `token` ends; nothing moved under it, so no safe write is owed for it.
- * A safe write owed under `token` or above (a later grant of the step, withheld: a takeover's)
- * stays owed, under a fresh token (sendSafeWriteIfDue): its own was never confirmed.
+ * nothing). Unconfirmed are `token` and the step's later grants, withheld with it (a lease
+ * expired into a safe write and a new lease granted in one step; a takeover and its safe
+ * write). A lease under one ends: nothing moved under it, so no safe write is owed for it. A
+ * safe write owed under one stays owed, under a fresh token (sendSafeWriteIfDue).
  */
 function grantFailed(s: Step, token: number, reason: string, withheld: readonly Effect[]): void {
+  const unconfirmed = new Set([token]);
   for (const effect of withheld) {
-    if (effect.kind === "reply") {
+    if (effect.kind === "persist" && effect.record.type === "granted") unconfirmed.add(effect.record.token);
+    else if (effect.kind === "reply") {
       const message = `The gateway group could not confirm the grant (${reason}); nothing was granted. Retry shortly.`;
       s.reply(effect.ref, effect.reply.ok ? { ok: false, error: { code: "GROUP_UNAVAILABLE", message } } : effect.reply);
     } else if (effect.kind === "deviceWrite") {
@@ -727,10 +730,10 @@ function grantFailed(s: Step, token: number, reason: string, withheld: readonly 
     }
   }
   const { lease, safeWrite } = s.state;
-  if (safeWrite !== null && safeWrite.token >= token) s.set({ safeWrite: { ...safeWrite, unconfirmed: true } });
-  if (lease?.token !== token) return;
+  if (safeWrite !== null && unconfirmed.has(safeWrite.token)) s.set({ safeWrite: { ...safeWrite, unconfirmed: true } });
+  if (lease === null || !unconfirmed.has(lease.token)) return;
   s.set({ lease: null });
-  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token, code: "GROUP_UNAVAILABLE" } });
+  s.emit({ kind: "event", event: { type: "expired", holder: lease.holder, token: lease.token, code: "GROUP_UNAVAILABLE" } });
   s.emit({ kind: "stateChanged" });
 }
 

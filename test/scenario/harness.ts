@@ -232,7 +232,9 @@ export class Scenario {
       this.actuators.map(({ id }) => [
         id,
         new SimDevicePort(this.units.get(id)!, this.world, this.rng, () => this.line.get(id)!, {
-          alive,
+          enter: (fn) => {
+            if (alive()) fn();
+          },
           onUnit: (online) => {
             if (alive()) self.p!.gateway.linkChanged(id, online);
           },

@@ -190,6 +190,25 @@ describe("a grant the group could not confirm", () => {
     expect(d.state.safeWrite).toBeNull();
   });
 
+  it("ends a lease granted in the same step after the grant that failed: a lease that expired into a safe write, then a new acquire", () => {
+    const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
+    const d = new CoreDriver(config);
+    tokenOf(d.acquire("A", 1_000));
+    d.nowMs += 1_000; // A's lease has run out, unticked: B's acquire finds it so
+    const ref = d.ref();
+    const step = d.request({ type: "acquire", ref, holder: "B", ttlMs: 1_000 });
+    const [safeToken, leaseToken] = persists(step.effects).map((r) => (r.type === "granted" ? r.token : 0));
+    expect(tokenOf(step.reply)).toBe(leaseToken);
+    const effects = d.feed(failed(safeToken!, afterGrant(step.effects)));
+    expect(replyTo(effects, ref)).toMatchObject({ ok: false, error: { code: "GROUP_UNAVAILABLE" } });
+    expect(effects).toContainEqual({
+      kind: "event",
+      event: { type: "expired", holder: "B", token: leaseToken, code: "GROUP_UNAVAILABLE" },
+    });
+    expect(d.state.lease).toBeNull();
+    expect(codeOf(d.command("B", leaseToken!, 1))).toBe("LEASE_EXPIRED");
+  });
+
   it("after a takeover the group did not confirm, owes its safe write under a fresh token: the takeover's second grant was withheld too", () => {
     const config: ActuatorConfig = { ...CONFIG, expiryPolicy: { kind: "safe", set: { position: 0 } } };
     const d = new CoreDriver(config);
