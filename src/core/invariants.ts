@@ -81,6 +81,7 @@ export function stepViolations(config: ActuatorConfig, before: ActuatorState, in
     broken.push(`the lease of token ${after.lease.token} outlived its expiry`);
   checkEffects(before, input, after, effects, broken);
   checkReplies(before, input, after, effects, broken);
+  if (input.type === "grantFailed") checkUnconfirmed(input, after, broken);
   // A change the state shows is published (the shell publishes on stateChanged only).
   const shown = (s: ActuatorState) =>
     JSON.stringify([s.online, s.lease?.holder, s.lease?.token, s.fence, s.safeWrite?.token, s.safeWrite?.attempts]);
@@ -145,6 +146,16 @@ function checkEffects(before: ActuatorState, input: Input, after: ActuatorState,
   if (writes > 1) broken.push(`${writes} device writes in one step: one command is at the device at a time`);
   if (after.inFlight !== null && after.inFlight !== before.inFlight && writes === 0)
     broken.push(`a command at the device ${show(after.inFlight)} that was never written`);
+}
+
+/** After a grant the group refused, nothing rests on it or on the step's later grants, withheld with it. */
+function checkUnconfirmed(input: Extract<Input, { type: "grantFailed" }>, after: ActuatorState, broken: string[]): void {
+  const unconfirmed = new Set([input.token]);
+  for (const w of input.withheld) if (w.kind === "persist" && w.record.type === "granted") unconfirmed.add(w.record.token);
+  if (after.lease !== null && unconfirmed.has(after.lease.token))
+    broken.push(`the lease of token ${after.lease.token} outlived the group's refusal of its grant`);
+  if (after.safeWrite !== null && unconfirmed.has(after.safeWrite.token) && !after.safeWrite.unconfirmed)
+    broken.push(`a safe write is owed under token ${after.safeWrite.token}, which the group never confirmed`);
 }
 
 /** Whether `input` settles the write of (token, seq): the device's answer, or a grant failed before that write was sent. */

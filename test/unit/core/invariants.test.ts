@@ -26,4 +26,18 @@ describe("core invariants", () => {
     expect(() => assertStep(CONFIG, before, input, result)).toThrow(InvariantError);
     expect(() => assertStep(CONFIG, before, input, step(CONFIG, before, input))).not.toThrow();
   });
+
+  it("names a lease, or a safe write owed, still resting on a grant the group refused", () => {
+    const d = new CoreDriver();
+    d.acquire("A", 1_000);
+    const before = d.state;
+    const input: Input = { type: "grantFailed", token: 1, reason: "etcd did not answer", withheld: [], nowMs: d.nowMs };
+    const keptLease = { state: before, effects: [] };
+    expect(stepViolations(CONFIG, before, input, keptLease)).toContain("the lease of token 1 outlived the group's refusal of its grant");
+    const owed = { ...before, lease: null, safeWrite: { token: 1, seq: 0, attempts: 0, notBeforeMs: 0 } };
+    expect(stepViolations(CONFIG, before, input, { state: owed, effects: [{ kind: "stateChanged" }] })).toContain(
+      "a safe write is owed under token 1, which the group never confirmed",
+    );
+    expect(stepViolations(CONFIG, before, input, step(CONFIG, before, input))).toEqual([]);
+  });
 });
