@@ -34,8 +34,9 @@
  * across the group, the writes at the moment their frame leaves (a deposed gateway may hand
  * a write to its bus, which refuses to send it). And:
  *  9. a frame leaves a gateway only while the group's leader key is its own, and every token
- *     it uses (a lease replied, a write) is in the group's counter, committed by it; a new
- *     lease's token is above every token any gateway of the group replied before.
+ *     it uses (a lease replied, a write) is in the group's counter, committed by it; each
+ *     token was committed above every token before it, and is granted to one holder (replies
+ *     are judged in commit order: a paused gateway's reply can arrive after newer grants).
  */
 import { createHash, type Hash } from "node:crypto";
 import { GATEWAY_HOLDER } from "../core/actuator.ts";
@@ -97,6 +98,11 @@ class ActuatorHistory {
   highestReplied = 0;
   /** Gateway group: each token in the group's counter, and which member committed it. */
   readonly committed = new Map<number, string>();
+  /** Gateway group: the highest token in the group's counter when each token was committed. */
+  readonly committedAbove = new Map<number, number>();
+  highestCommitted = 0;
+  /** Gateway group: the holder each token's lease was replied to. */
+  readonly repliedTo = new Map<number, string>();
   /** The highest counter a signed renew or release of each token was accepted with (rule 8). */
   readonly signedCounters = new Map<number, number>();
   /** Expiry policy "safe" (rule 7). */
@@ -283,7 +289,10 @@ export class Checker {
   /** Gateway group: `member`'s transaction put `token` into the group's counter of `actuator`. */
   onGroupCommitted(actuator: string, member: string, token: number): void {
     this.note(`group ${member} committed ${actuator} ${token}`);
-    this.of(actuator).committed.set(token, member);
+    const h = this.of(actuator);
+    if (!h.committed.has(token)) h.committedAbove.set(token, h.highestCommitted);
+    h.highestCommitted = Math.max(h.highestCommitted, token);
+    h.committed.set(token, member);
   }
 
   /**
@@ -410,14 +419,30 @@ export class Checker {
       this.violate(
         `${actuator}: lease ${token} to ${holder} while lease ${live.token} of ${live.holder} is live for ${live.expiresAtMs - now} ms more`,
       );
-    if (token <= h.highestReplied)
+    if (member === null && token <= h.highestReplied)
       this.violate(`${actuator}: token ${token} granted to ${holder} after token ${h.highestReplied} (granted twice, or going back)`);
+    if (member !== null) this.checkGroupGrantOrder(actuator, h, holder, token);
     h.highestReplied = Math.max(h.highestReplied, token);
     const lease = { holder, token, epoch, expiresAtMs: now + ttlMs };
     h.leases.set(epoch, lease);
     h.newest = lease;
     h.endedBy = null;
     this.counts.grants++;
+  }
+
+  /**
+   * In a group a reply can be late: a paused gateway answers a grant it committed before the
+   * pause when it resumes, after the other gateway granted above it (harmless: the token is
+   * stale, every command under it is refused). So grants are judged in the order the group
+   * committed them, and a token is granted to one holder only.
+   */
+  private checkGroupGrantOrder(actuator: string, h: ActuatorHistory, holder: string, token: number): void {
+    const above = h.committedAbove.get(token);
+    if (above !== undefined && above >= token)
+      this.violate(`${actuator}: token ${token} granted to ${holder}, committed after token ${above} (going back)`);
+    const before = h.repliedTo.get(token);
+    if (before !== undefined && before !== holder) this.violate(`${actuator}: token ${token} granted to ${holder} and to ${before}`);
+    h.repliedTo.set(token, holder);
   }
 
   private checkApplied(actuator: string, h: ActuatorHistory, token: number, seq: number): void {
