@@ -228,13 +228,15 @@ export class Scenario {
   private startProcess(journal: SimJournal): Process {
     const self: { p: Process | null } = { p: null };
     const alive = () => self.p?.alive === true;
+    /** What runs on this process's behalf (its timers, the line's answers): never once it died. */
+    const enter = (fn: () => void) => {
+      if (alive()) fn();
+    };
     const devices = new Map(
       this.actuators.map(({ id }) => [
         id,
         new SimDevicePort(this.units.get(id)!, this.world, this.rng, () => this.line.get(id)!, {
-          enter: (fn) => {
-            if (alive()) fn();
-          },
+          enter,
           onUnit: (online) => {
             if (alive()) self.p!.gateway.linkChanged(id, online);
           },
@@ -259,7 +261,7 @@ export class Scenario {
       pollIntervalMs: POLL_INTERVAL_MS,
       defaultDeadlineMs: DEFAULT_DEADLINE_MS,
       clock: this.world.clock,
-      scheduler: this.world.schedulerFor(alive),
+      scheduler: this.world.schedulerFor(enter),
       random: this.random,
       onFatal: (err) => {
         if (alive()) this.fatal.push(err);

@@ -31,7 +31,7 @@ function setup(pollIntervalMs = 1_000) {
       device,
       pollIntervalMs,
       clock: world.clock,
-      scheduler: world.schedulerFor(() => true),
+      scheduler: world.schedulerFor((fn) => fn()),
       log: pino({ level: "silent" }),
     },
     {
