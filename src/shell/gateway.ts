@@ -183,7 +183,7 @@ class ActuatorRuntime {
           else this.publishState(); // the problem or the points may have changed
         },
         answered: () => {
-          if (!this.fenceKnown || this.group?.needsTakeover()) void this.learnFence(); // an earlier attempt failed: retry
+          if (!this.fenceKnown || (this.group !== null && !this.group.secured)) void this.learnFence(); // an earlier attempt failed: retry
         },
         foreign: () => {
           this.fenceKnown = !binding.fenced; // whatever answers now, its fence is not the one read
@@ -400,7 +400,7 @@ class ActuatorRuntime {
   /** Alone: read the device's fence. In a group, while active: take the actuator over (once per term). */
   private learnFence(): Promise<unknown> {
     if (this.group === null) return this.readDeviceFence();
-    return this.gw.serving && this.group.needsTakeover() ? this.secure(this.group) : Promise.resolve();
+    return this.gw.serving && !this.group.secured ? this.secure(this.group) : Promise.resolve();
   }
 
   /** Gateway group: takes this actuator over before any lease is granted (group-role.ts, secure). */

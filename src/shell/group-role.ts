@@ -90,11 +90,6 @@ export class ActuatorGroupRole {
     this.group.stale(`the device of ${this.actuator} refused token ${token} (0x46): another gateway has raised its fence`);
   }
 
-  /** Whether the actuator still has to be taken over in this term (a poll's answer retries it). */
-  needsTakeover(): boolean {
-    return !this.secured;
-  }
-
   /**
    * Takes this actuator over, before any lease is granted: read the device's fence, take a
    * token of the gateway's own above it, the group's counter and the journal (durable in the
