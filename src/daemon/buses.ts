@@ -10,7 +10,8 @@ import { ModbusDevice } from "../adapters/modbus/device.ts";
 import { actuatorCoreConfig } from "../config/core.ts";
 import { busLink } from "../config/modbus-link.ts";
 import { quietAfterTimeoutMs, type GatewayConfig } from "../config/schema.ts";
-import type { ActuatorBinding, Gateway } from "../shell/gateway.ts";
+import type { ActuatorBinding } from "../shell/actuator-runtime.ts";
+import type { Gateway } from "../shell/gateway.ts";
 
 /** `permit`, in a gateway group: asked before every frame, so that only the active member drives a device. */
 export function openBuses(config: GatewayConfig, log: Logger, permit?: () => boolean): Map<string, ModbusBus> {

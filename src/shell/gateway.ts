@@ -1,66 +1,19 @@
 /**
- * The shell: feeds requests, device results, link changes and time into the pure core,
- * and carries out the effects it returns, in order, per actuator:
- *
- *   persist  → a grant: awaited (group commit) before anything after it in the same step
- *   audit    → a command's record: queued in the journal's ordered stream, not awaited
- *   deviceWrite → started; its outcome comes back as a `deviceResult` input
- *   reply / event / stateChanged → handed to the outbox
- *
- * Effects of successive steps of one actuator run strictly one after another, so a reply
- * or a published state never runs ahead of a grant. In a gateway group a grant can still
- * fail after the core made it (etcd refuses or does not answer): until the group has settled
- * it, the actuator's next inputs wait, so no decision rests on a grant nobody holds.
- * Whatever is shown outside the core's effects (a `read` reply, the state published after a
- * poll, /status) shows the state as of the last step whose effects have all been carried out
- * (see {@link ActuatorRuntime.showable}).
- *
- * What may be shown before it is durable, and why: nothing about a lease or a token (its
- * grant is persisted first), but a command's (token, seq) inside the live lease may be shown
- * before its audit record is on disk: the state shows it once the device has answered it
- * (until then the fence before it), and the `accepted` event and the fence in a refusal
- * name it as the decision it is. The seq part of the fence matters only inside one live
- * lease, and memory holds it there; every lease ends at restart and the next grant is above
- * every token granted before, so after a crash no command under an earlier token is
- * accepted again, whatever seq the journal kept; a fenced device stores its own fence in the
- * same FC16 as the setpoint and refuses an older token by itself. A crash can only make a
- * retry of such a command a lease error instead of DUPLICATE (or, its outcome lost, DUPLICATE
- * of OUTCOME_UNKNOWN), and the fence's seq under the dead token read lower than it was shown.
+ * The shell's facade: one runtime per actuator (actuator-runtime.ts), the journal's group
+ * committer, and the door every request comes through (core/admission.ts). It hands each
+ * runtime the services it acts through; no runtime holds the gateway.
  */
 import type { Logger } from "pino";
-import { EMPTY_SNAPSHOT, initialState, isLive, nextWakeMs, step, viewLease, type DurableSnapshot } from "../core/actuator.ts";
+import { EMPTY_SNAPSHOT, isLive, step, type DurableSnapshot } from "../core/actuator.ts";
 import type { GatewayRequest } from "../../packages/protocol/src/index.ts";
 import { admit, type Door } from "../core/admission.ts";
-import type { ActuatorConfig, ActuatorState, CoreEvent, Effect, Fence, Input, PointValues } from "../core/types.ts";
-import { DeviceSupervisor } from "./device-supervision.ts";
+import type { ActuatorState, PointValues } from "../core/types.ts";
+import { ActuatorRuntime, type ActuatorBinding, type RuntimeServices } from "./actuator-runtime.ts";
+import { DecisionEvents } from "./decision-events.ts";
+import { GatewayLife } from "./gateway-life.ts";
 import { GroupCommitter, type AuditBounds } from "./group-commit.ts";
-import { ActuatorGroupRole } from "./group-role.ts";
-import {
-  DeviceMismatchError,
-  type Clock,
-  type DevicePort,
-  type GrantCommit,
-  type GroupPort,
-  type Journal,
-  type JournalEntry,
-  type Outbox,
-  type Random,
-  type Scheduler,
-  type StateView,
-} from "./ports.ts";
+import type { Clock, GroupPort, Journal, JournalEntry, Outbox, Random, Scheduler, StateView } from "./ports.ts";
 import { RefusalSummary } from "./refusal-summary.ts";
-
-export interface ActuatorBinding {
-  readonly id: string;
-  readonly config: ActuatorConfig;
-  readonly device: DevicePort;
-  /** Fenced devices keep their own fence; until it has been read no lease is granted. */
-  readonly fenced: boolean;
-  readonly pollIntervalMs: number;
-  readonly defaultDeadlineMs: number;
-  /** Commands, renewals and releases must carry a MAC keyed with the lease's secret. */
-  readonly authenticated?: boolean;
-}
 
 export interface GatewayDeps {
   /** The gatewayId, named in every state: clients read `B/gateway/<id>/status` with it. */
@@ -91,408 +44,8 @@ export interface GatewayDeps {
   /** How often refusals are summarised in the log; default REFUSAL_SUMMARY_MS. */
   readonly refusalSummaryMs?: number;
 }
-
 /** An authenticated lease's secret: 256 bits, as HMAC-SHA256's key length. */
 const SECRET_BYTES = 32;
-
-/**
- * Whether two views say the same, but for what changes every millisecond (the time, the
- * points' age, the lease's countdown): a state is published on a change of substance only.
- * Compared in place: building a key of each view (JSON) cost two strings per command.
- */
-function sameSubstance(a: StateView, b: StateView): boolean {
-  for (const k of Object.keys(b) as (keyof StateView)[]) {
-    if (k === "at" || k === "pointsAgeMs") continue;
-    if (k === "lease") {
-      if (a.lease?.holder !== b.lease?.holder || a.lease?.token !== b.lease?.token) return false;
-    } else if (!sameData(a[k], b[k])) return false;
-  }
-  return Object.keys(a).length === Object.keys(b).length;
-}
-
-/** Deep equality of JSON-like data (numbers, strings, booleans, null, plain objects). */
-function sameData(a: unknown, b: unknown): boolean {
-  if (a === b) return true;
-  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false;
-  const keys = Object.keys(a);
-  if (keys.length !== Object.keys(b).length) return false;
-  for (const k of keys) {
-    if (!Object.hasOwn(b, k) || !sameData((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
-  }
-  return true;
-}
-
-/**
- * Every decision is logged: a lease's grant, end and expiry and device trouble at info; the
- * routine rest at debug (B/A/events carries them all): a command's accepted/applied pair, a
- * renewal, so that a busy gateway or a short lease renewed every second does not write a
- * journald line a second to the SD card. Refusals are at debug one by one and summarised
- * (refusal-summary.ts), the LEASE_HELD a waiting standby gets at debug there too.
- */
-function decisionLevel(event: CoreEvent): "debug" | "info" {
-  switch (event.type) {
-    case "accepted":
-    case "applied":
-    case "renewed":
-    case "rejected":
-      return "debug";
-    default:
-      return "info";
-  }
-}
-
-/** An input decided `nowMs`, later than it arrived: a command's deadline still counts from its arrival. */
-function decidedLater(input: Input, nowMs: number): Input {
-  if (input.type === "command") return { ...input, nowMs, deadlineMs: Math.max(0, input.deadlineMs - (nowMs - input.nowMs)) };
-  return { ...input, nowMs };
-}
-
-class ActuatorRuntime {
-  /** The core's state: decisions are made on it, some of them not yet durable. */
-  state: ActuatorState;
-  /** The state as of the last step whose effects were all carried out: the one shown. */
-  private shown: ActuatorState;
-  /** The fence before the command now at the device: shown until the device answers it. */
-  private fenceBeforeWrite: Fence;
-  /** Polls, read-backs, and whether the device counts as online (src/shell/device-supervision.ts). */
-  readonly device: DeviceSupervisor;
-  fenceKnown: boolean;
-  /** In a gateway group: this actuator's takeover and the group's confirmation of its grants; null alone. */
-  readonly group: ActuatorGroupRole | null;
-  private chain: Promise<void> = Promise.resolve();
-  private cancelWake: (() => void) | null = null;
-  private lastPublished: StateView | null = null;
-  closed = false;
-
-  constructor(
-    readonly binding: ActuatorBinding,
-    snapshot: DurableSnapshot,
-    private readonly gw: Gateway,
-  ) {
-    this.state = initialState(snapshot);
-    this.shown = this.state;
-    this.fenceBeforeWrite = this.state.fence;
-    this.fenceKnown = !binding.fenced;
-    const { clock, scheduler, log, group } = gw.deps;
-    this.group = group === undefined ? null : new ActuatorGroupRole(binding.id, binding.device, binding.fenced, group, log);
-    this.device = new DeviceSupervisor(
-      { actuator: binding.id, device: binding.device, pollIntervalMs: binding.pollIntervalMs, clock, scheduler, log },
-      {
-        changed: (online) => {
-          if (online !== this.state.online) this.gw.now((nowMs) => this.dispatch({ type: "link", nowMs, online }));
-          else this.publishState(); // the problem or the points may have changed
-        },
-        answered: () => {
-          if (!this.fenceKnown || (this.group !== null && !this.group.secured)) void this.learnFence(); // an earlier attempt failed: retry
-        },
-        foreign: () => {
-          this.fenceKnown = !binding.fenced; // whatever answers now, its fence is not the one read
-        },
-      },
-    );
-  }
-
-  get id(): string {
-    return this.binding.id;
-  }
-
-  dispatch(input: Input): void {
-    if (this.group?.holds(input)) return;
-    this.decide(input);
-  }
-
-  /**
-   * Runs the core on `input` now. A step that grants in a gateway group holds the inputs
-   * after it until the group has settled the grant (group-role.ts, holds).
-   */
-  private decide(input: Input): void {
-    const before = this.state;
-    const result = (this.gw.deps.step ?? step)(this.binding.config, this.state, input);
-    this.state = result.state;
-    const snapshot = this.showable(before, result.state);
-    if (result.effects.length > 0) {
-      const group = this.group;
-      const grants = group !== null && result.effects.some((e) => e.kind === "persist" && e.record.type === "granted");
-      if (grants) group.grantStarted();
-      const fatal = (err: unknown) => this.gw.fatal(err);
-      this.chain = this.chain
-        .then(() => this.perform(result.effects, snapshot))
-        .catch(fatal)
-        // Settled even after a failed journal commit (then nothing more is decided: see Gateway.now).
-        .then(() => {
-          if (grants) this.grantSettled(group);
-        })
-        .catch(fatal);
-    }
-    this.rearmWake();
-  }
-
-  /**
-   * What of `after` may be shown once the step's effects are carried out: all of it, but for
-   * the (token, seq) of a command still at the device, which is shown once the device has
-   * answered (see the module comment). Until then the fence shown is the one before it: the
-   * previous command's, answered, or the grant of its token (a grant raises the fence to
-   * (token, null), durably, before any command under it is accepted).
-   */
-  private showable(before: ActuatorState, after: ActuatorState): ActuatorState {
-    const cmd = after.inFlight;
-    if (cmd === null) return after;
-    if (cmd !== before.inFlight) this.fenceBeforeWrite = cmd.token > before.fence.token ? { token: cmd.token, seq: null } : before.fence;
-    return { ...after, fence: this.fenceBeforeWrite };
-  }
-
-  /** A grant confirmed or refused (and the refusal decided on): the inputs that waited for it, decided now, in order. */
-  private grantSettled(group: ActuatorGroupRole): void {
-    group.grantSettled();
-    for (let input = group.released(); input !== undefined; input = group.released()) {
-      const held = input;
-      this.gw.now((nowMs) => this.decide(decidedLater(held, nowMs)));
-    }
-  }
-
-  /** Resolves when every effect handed out so far has been carried out. */
-  settled(): Promise<void> {
-    return this.chain;
-  }
-
-  private async perform(effects: readonly Effect[], snapshot: ActuatorState): Promise<void> {
-    let stateChanged = false;
-    for (let i = 0; i < effects.length; i++) {
-      // After a failed commit nothing more is carried out, not even what was decided before
-      // it: a later step's write may rest on the grant that failed (its audit record does not
-      // wait for the disk, so nothing else would stop it).
-      if (this.gw.stopped) return;
-      const effect = effects[i]!;
-      switch (effect.kind) {
-        case "persist": {
-          // Consecutive records of one step form one durable unit.
-          const entries = [{ actuator: this.id, record: effect.record }];
-          while (effects[i + 1]?.kind === "persist") {
-            const next = effects[++i] as Extract<Effect, { kind: "persist" }>;
-            entries.push({ actuator: this.id, record: next.record });
-          }
-          const failure = await this.makeDurable(entries);
-          if (failure !== null) {
-            this.abandon(effects.slice(i + 1), failure);
-            return;
-          }
-          break;
-        }
-        case "audit": {
-          // Queued in order behind the grants before it, and not waited for: the device write
-          // and the reply after it say only what the device confirmed (see the module comment).
-          const entries = [{ actuator: this.id, record: effect.record }];
-          while (effects[i + 1]?.kind === "audit") {
-            const next = effects[++i] as Extract<Effect, { kind: "audit" }>;
-            entries.push({ actuator: this.id, record: next.record });
-          }
-          this.gw.committer.audit(entries);
-          break;
-        }
-        case "deviceWrite":
-          this.startWrite(effect);
-          break;
-        case "reply":
-          if (effect.ref !== null) this.gw.deps.outbox.reply(effect.ref, effect.reply);
-          break;
-        case "event":
-          this.gw.publishEvent(this.id, effect.event);
-          break;
-        case "stateChanged":
-          stateChanged = true;
-          break;
-      }
-    }
-    // Once, after every persist of the step: a step's records may follow its stateChanged.
-    this.shown = snapshot;
-    if (stateChanged) this.publishState();
-  }
-
-  /**
-   * A step's records, durable: in the journal and, for a grant in a gateway group, in the
-   * group too (etcd, checked against leadership), both before anything after them. Returns
-   * the grant the group did not confirm, or null.
-   */
-  private async makeDurable(entries: JournalEntry[]): Promise<{ token: number; commit: Extract<GrantCommit, { ok: false }> } | null> {
-    const group = this.group;
-    // The group keeps the highest token granted: committing the step's highest covers the
-    // others (a takeover and the safe write it owes grant two), and two commits of one
-    // actuator in flight at once could overtake each other.
-    const token = group === null ? 0 : Math.max(0, ...entries.map((e) => (e.record.type === "granted" ? e.record.token : 0)));
-    const journal = this.gw.committer.persist(entries);
-    if (token === 0) {
-      await journal;
-      return null;
-    }
-    const [, commit] = await Promise.all([journal, group!.commit(token)]);
-    return commit.ok ? null : { token, commit };
-  }
-
-  /** After a grant the group could not confirm, the rest of its step goes back to the core undone (core/actuator.ts, grantFailed). */
-  private abandon(withheld: readonly Effect[], failure: { token: number; commit: Extract<GrantCommit, { ok: false }> }): void {
-    const { token, commit } = failure;
-    this.gw.deps.log.warn(
-      { actuator: this.id, token, stale: commit.stale, reason: commit.message },
-      "grant not confirmed by the gateway group; nothing granted",
-    );
-    // Decided at once, ahead of the inputs waiting for the grant.
-    this.gw.now((nowMs) => this.decide({ type: "grantFailed", nowMs, token, reason: commit.message, withheld }));
-    this.group?.refused(commit);
-  }
-
-  private startWrite(cmd: Extract<Effect, { kind: "deviceWrite" }>): void {
-    const { device } = this.binding;
-    device
-      .write(cmd)
-      .then(async (outcome) => {
-        if (outcome.kind === "failed" && outcome.code === "DEVICE_REJECTED" && this.binding.fenced) {
-          if (this.group !== null) {
-            this.group.deviceRefused(cmd.token); // before the refusal is answered
-          } else {
-            // The device's own fence is ahead of ours: learn it before the refusal is answered,
-            // so no lease granted after the controller hears of it is at or below the device's
-            // token. Until it has been read, no lease is granted at all.
-            this.fenceKnown = false;
-            await this.readDeviceFence();
-          }
-        }
-        this.gw.now((nowMs) => this.dispatch({ type: "deviceResult", nowMs, token: cmd.token, seq: cmd.seq, outcome }));
-        if (outcome.kind === "applied") this.device.applied(outcome.applied);
-      })
-      .catch((err: unknown) => this.gw.fatal(err));
-  }
-
-  async readDeviceFence(): Promise<void> {
-    if (!this.binding.fenced) return;
-    try {
-      const fence = await this.binding.device.readFence();
-      if (fence === null || this.closed) return;
-      this.fenceKnown = true;
-      const fields = { actuator: this.id, deviceToken: fence.token, highestGranted: this.state.highestGranted };
-      // Alone, only this gateway raises the fence, and only after its journal has the token: a
-      // fence above a journal that has granted is another gateway's (a group member, a copy of
-      // the journal). Tokens go on above it; the operator must find the other one.
-      if (this.group === null && this.state.highestGranted > 0 && fence.token > this.state.highestGranted) {
-        this.gw.deps.log.warn(
-          fields,
-          "the device's fence is above this gateway's journal: another gateway has granted tokens on this device (a member of a gateway group, or a copy of this journal); make sure only one gateway serves it",
-        );
-      } else this.gw.deps.log.info(fields, "device fence read");
-      this.gw.now((nowMs) => this.dispatch({ type: "deviceFence", nowMs, token: fence.token, seq: fence.seq }));
-    } catch (err) {
-      if (err instanceof DeviceMismatchError) this.device.noteUnusable(err);
-      else
-        this.gw.deps.log.warn(
-          { actuator: this.id, err },
-          "could not read the device's fence; leases stay unavailable until it can be read",
-        );
-    }
-  }
-
-  linkChanged(online: boolean, reason: string | null): void {
-    this.device.linkChanged(online, reason);
-    if (online) {
-      void this.learnFence();
-      void this.device.poll();
-    }
-  }
-
-  /** Alone: read the device's fence. In a group, while active: take the actuator over (once per term). */
-  private learnFence(): Promise<unknown> {
-    if (this.group === null) return this.readDeviceFence();
-    return this.gw.serving && !this.group.secured ? this.secure(this.group) : Promise.resolve();
-  }
-
-  /** Gateway group: takes this actuator over before any lease is granted (group-role.ts, secure). */
-  secure(group: ActuatorGroupRole): Promise<boolean> {
-    return group.secure({
-      settled: () => this.settled(),
-      serving: () => !this.closed && this.gw.serving,
-      takeover: (floor) => {
-        this.gw.now((nowMs) => this.dispatch({ type: "takeover", nowMs, floor }));
-        return this.state.highestGranted;
-      },
-      fenceToken: () => this.state.fence.token,
-      takenOver: () => {
-        this.fenceKnown = true;
-      },
-    });
-  }
-
-  /** Gateway group: no longer active. Leases end, polls stop, the next term takes over afresh. */
-  standDown(): void {
-    this.group?.standDown();
-    this.fenceKnown = !this.binding.fenced;
-    this.device.standDown();
-    this.gw.now((nowMs) => this.dispatch({ type: "stepDown", nowMs }));
-  }
-
-  /** What may be shown of this actuator now: its durable decisions only. */
-  view(): StateView {
-    const { clock } = this.gw.deps;
-    const nowMs = clock.monotonicMs();
-    const snapshot = this.shown;
-    const { expiryPolicy } = this.binding.config;
-    const safe = snapshot.safeWrite;
-    const points: Record<string, number> = {};
-    const pointFaults: Record<string, string> = {};
-    for (const [name, value] of Object.entries(this.device.points)) {
-      if (Number.isFinite(value)) points[name] = value;
-      else pointFaults[name] = `reads ${value}, not a finite number`;
-    }
-    return {
-      actuator: this.id,
-      online: snapshot.online,
-      lease: viewLease(snapshot.lease, nowMs),
-      fence: snapshot.fence,
-      points,
-      pointsAgeMs: this.device.pointsReadAtMs === null ? null : nowMs - this.device.pointsReadAtMs,
-      pointFaults,
-      problem: snapshot.online ? null : this.device.problem,
-      gateway: this.gw.deps.gatewayId,
-      safeWrite:
-        safe !== null && expiryPolicy.kind === "safe" ? { token: safe.token, attempts: safe.attempts, set: expiryPolicy.set } : null,
-      at: clock.wallNow(),
-    };
-  }
-
-  /**
-   * The answer to a `read`: a fresh poll of the device. When the device did not answer it,
-   * the state says offline whatever the link's view (that waits for a second timeout), and
-   * `pointsAgeMs` says how old the points are: never a stale read passed off as fresh.
-   */
-  async readNow(): Promise<StateView> {
-    const answered = await this.device.poll();
-    const view = this.view();
-    return answered ? view : { ...view, online: false, problem: view.problem ?? "The device did not answer this read." };
-  }
-
-  publishState(): void {
-    const view = this.view();
-    this.gw.deps.outbox.observe?.(view);
-    if (this.lastPublished !== null && sameSubstance(this.lastPublished, view)) return;
-    this.lastPublished = view;
-    this.gw.deps.outbox.state(view);
-  }
-
-  private rearmWake(): void {
-    const wakeMs = nextWakeMs(this.state);
-    this.cancelWake?.();
-    this.cancelWake = null;
-    if (wakeMs === null || this.closed) return;
-    this.cancelWake = this.gw.deps.scheduler.at(wakeMs, () => {
-      this.cancelWake = null;
-      this.gw.now((nowMs) => this.dispatch({ type: "tick", nowMs }));
-    });
-  }
-
-  stop(): void {
-    this.closed = true;
-    this.cancelWake?.();
-    this.device.stop();
-  }
-}
-
 export class Gateway {
   readonly committer: GroupCommitter;
   /** Refusals, the core's and those at the door (told by the MQTT link), summarised in the log. */
@@ -500,9 +53,7 @@ export class Gateway {
   private readonly runtimes = new Map<string, ActuatorRuntime>();
   private nextRef = 1;
   private accepting = true;
-  /** Alone: always. In a gateway group: while this gateway is the active one. */
-  serving: boolean;
-  private fatalError: unknown = null;
+  private readonly life: GatewayLife;
 
   constructor(
     readonly deps: GatewayDeps,
@@ -512,14 +63,31 @@ export class Gateway {
       gatherMaxMs: deps.gatherMaxMs ?? 0,
       onDurable: deps.onDurable,
       audit: deps.audit,
-      onFailure: (err) => this.fatal(err),
+      onFailure: (err) => this.life.fatal(err),
       actuators: deps.actuators.length,
     });
     this.refusals = new RefusalSummary(deps.log, deps.clock, deps.scheduler, deps.refusalSummaryMs);
-    this.serving = deps.group === undefined;
+    this.life = new GatewayLife(deps.clock, deps.log, deps.onFatal, deps.group === undefined);
+    const services: RuntimeServices = {
+      gatewayId: deps.gatewayId,
+      clock: deps.clock,
+      scheduler: deps.scheduler,
+      log: deps.log,
+      outbox: deps.outbox,
+      step: deps.step ?? step,
+      group: deps.group,
+      committer: this.committer,
+      life: this.life,
+      events: new DecisionEvents(deps.log, deps.clock, deps.outbox, this.refusals),
+    };
     for (const binding of deps.actuators) {
-      this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, this));
+      this.runtimes.set(binding.id, new ActuatorRuntime(binding, snapshots.get(binding.id) ?? EMPTY_SNAPSHOT, services));
     }
+  }
+
+  /** Alone: always. In a gateway group: while this gateway is the active one. */
+  get serving(): boolean {
+    return this.life.serving;
   }
 
   /**
@@ -528,7 +96,7 @@ export class Gateway {
    */
   start(): void {
     for (const rt of this.runtimes.values()) {
-      this.now((nowMs) => rt.dispatch({ type: "restart", nowMs }));
+      this.life.enter((nowMs) => rt.dispatch({ type: "restart", nowMs }));
       rt.device.startPolling();
     }
   }
@@ -540,16 +108,16 @@ export class Gateway {
    * unreachable) is tried again on its next poll or when its link comes up.
    */
   async takeOver(): Promise<void> {
-    this.serving = true;
+    this.life.serving = true;
     const runtimes = [...this.runtimes.values()];
     await Promise.all(runtimes.map((rt) => (rt.group === null ? true : rt.secure(rt.group))));
-    if (!this.serving) return;
+    if (!this.life.serving) return;
     for (const rt of runtimes) rt.device.startPolling();
   }
 
   /** Gateway group: no longer active (device I/O has already stopped). Leases end; nothing more is sent. */
   standDown(): void {
-    this.serving = false;
+    this.life.serving = false;
     for (const rt of this.runtimes.values()) rt.standDown();
   }
 
@@ -595,7 +163,7 @@ export class Gateway {
         void rt!.readNow().then((state) => this.deps.outbox.reply(ref, { ok: true, state }));
         return;
       case "decide":
-        this.now(() => rt!.dispatch(admission.input));
+        this.life.enter(() => rt!.dispatch(admission.input));
         return;
     }
   }
@@ -603,7 +171,7 @@ export class Gateway {
   /** What the door is shown of an actuator when a request for it arrives (a secret drawn and the backlog asked only where the verb needs them). */
   private door(rt: ActuatorRuntime, verb: GatewayRequest["verb"]): Door {
     return {
-      accepting: this.accepting,
+      accepting: this.accepting && !this.life.stopped,
       takenOver: rt.group === null ? null : rt.group.secured,
       fenceKnown: rt.fenceKnown,
       problem: rt.device.problem,
@@ -641,7 +209,7 @@ export class Gateway {
    */
   async drain(timeoutMs: number): Promise<boolean> {
     this.accepting = false;
-    for (const rt of this.runtimes.values()) this.now((nowMs) => rt.dispatch({ type: "shutdown", nowMs }));
+    for (const rt of this.runtimes.values()) this.life.enter((nowMs) => rt.dispatch({ type: "shutdown", nowMs }));
     const deadline = this.deps.clock.monotonicMs() + timeoutMs;
     for (;;) {
       const busy = [...this.runtimes.values()].some(
@@ -664,36 +232,6 @@ export class Gateway {
   stop(): void {
     for (const rt of this.runtimes.values()) rt.stop();
     this.refusals.flush();
-  }
-
-  /** @internal */
-  now(fn: (nowMs: number) => void): void {
-    if (this.fatalError !== null) return;
-    fn(this.deps.clock.monotonicMs());
-  }
-
-  /** @internal */
-  publishEvent(actuator: string, event: CoreEvent): void {
-    if (event.type === "rejected") this.refusals.note(actuator, event.holder ?? null, event.code ?? "");
-    const level = decisionLevel(event);
-    // The line says "refused", the word of the page, watch and the refusal summary; `type` keeps the wire's.
-    if (this.deps.log.isLevelEnabled(level))
-      this.deps.log[level]({ actuator, ...event }, event.type === "rejected" ? "refused" : event.type); // no object built for a line not written
-    this.deps.outbox.event(actuator, { ...event, at: this.deps.clock.wallNow() });
-  }
-
-  /** @internal */
-  /** A commit failed: the daemon is stopping, and nothing more is decided or carried out. */
-  get stopped(): boolean {
-    return this.fatalError !== null;
-  }
-
-  fatal(err: unknown): void {
-    if (this.fatalError !== null) return;
-    this.fatalError = err;
-    this.accepting = false;
-    this.deps.log.fatal({ err }, "the journal could not commit; stopping all decisions");
-    this.deps.onFatal(err);
   }
 
   state(actuator: string): ActuatorState | undefined {

@@ -3,7 +3,7 @@
  * count only once the group has them too, the inputs after a grant the group has not settled
  * wait for it, and in each term the actuator is taken over before any lease is granted.
  *
- * The actuator's runtime (gateway.ts) feeds it and asks it; it holds no reference back. A
+ * The actuator's runtime (actuator-runtime.ts) feeds it and asks it; it holds no reference back. A
  * takeover needs a few steps of the runtime, handed in for that call only ({@link TakeoverSteps}).
  */
 import type { Logger } from "pino";

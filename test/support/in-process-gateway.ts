@@ -7,7 +7,8 @@
 import pino from "pino";
 import type { ActuatorConfig, ExpiryPolicy } from "../../src/core/types.ts";
 import { platformRandom, realClock, realScheduler } from "../../src/adapters/platform.ts";
-import { Gateway, type ActuatorBinding, type GatewayDeps } from "../../src/shell/gateway.ts";
+import type { ActuatorBinding } from "../../src/shell/actuator-runtime.ts";
+import { Gateway, type GatewayDeps } from "../../src/shell/gateway.ts";
 import type { DevicePort } from "../../src/shell/ports.ts";
 
 type Limits = ActuatorConfig["limits"];

@@ -87,6 +87,8 @@ function breaks({ file, target, names }: Import): string | undefined {
   if (under(file, "src/adapters") && under(target, "src/config"))
     return "adapters take options, never the configuration (src/config maps it onto them)";
   if (under(file, "src/shell") && under(target, "src/adapters")) return "the shell is handed adapters, it never imports them";
+  if (under(file, "src/shell") && file !== "src/shell/gateway.ts" && target === "src/shell/gateway.ts")
+    return "no piece of the shell holds the gateway that owns it: it is fed inputs or handed services";
   if (under(file, "src/shell") && target === "node:crypto")
     return "the shell draws random bytes through its Random port, so the simulator seeds them";
   if (under(file, "packages") && under(target, "src")) return "packages never reach into src/";

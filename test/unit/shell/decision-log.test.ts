@@ -1,5 +1,5 @@
 /**
- * What the shell writes to the log for each decision (src/shell/gateway.ts): a lease's
+ * What the shell writes to the log for each decision (src/shell/decision-events.ts): a lease's
  * grant, end and expiry at info; the routine rest (renewals, refusals one by one) at debug,
  * so that a standby waiting out LEASE_HELD or a 3 s lease renewed every second does not
  * write a line a second to the SD card. Driven in this process over the in-memory journal.

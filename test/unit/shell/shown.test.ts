@@ -1,5 +1,5 @@
 /**
- * The shell's rule for what may be shown (src/shell/gateway.ts): a grant's reply and the
+ * The shell's rule for what may be shown (src/shell/actuator-runtime.ts): a grant's reply and the
  * token in the state wait for its commit; a command's reply does not wait for any commit,
  * and its (token, seq) appears in the state only once the device has answered it. Driven
  * in this process over the in-memory journal, with a device whose answers are released by
