@@ -4,10 +4,12 @@
  * broker meanwhile), and long-running children, which a {@link Teardown} stops.
  */
 import { execFile, spawn, spawnSync, type ChildProcess, type ExecFileException, type StdioOptions } from "node:child_process";
-import { FENCEGATE_BIN } from "./daemon.ts";
+import { resolve } from "node:path";
 import type { Teardown } from "./stack.ts";
 
 export type { ChildProcess } from "node:child_process";
+
+export const FENCEGATE_BIN = resolve(import.meta.dirname, "../../bin/fencegate.mjs");
 
 export interface Run {
   /** The exit code; null when a signal ended it or it never started. */
@@ -25,8 +27,6 @@ export interface RunOptions {
   /** Added to this process's environment; with `envOnly`, the whole of it. */
   readonly env?: Record<string, string | undefined>;
   readonly envOnly?: boolean;
-  /** Written to its stdin, which is then closed. */
-  readonly input?: string;
   /** SIGTERM after this long. */
   readonly timeoutMs?: number;
   /** As another user (a test as root acting as nobody). */
@@ -37,7 +37,6 @@ export interface RunOptions {
 export interface FencegateOptions extends RunOptions {
   /** The CLI to run: a bundle or an installed dist/ instead of bin/fencegate.mjs. */
   readonly bin?: string;
-  readonly nodeArgs?: readonly string[];
 }
 
 const MAX_OUTPUT_BYTES = 16 * 1024 * 1024;
@@ -52,40 +51,36 @@ function spawnOptions(options: RunOptions) {
   };
 }
 
-const fencegateArgs = (args: readonly string[], options: FencegateOptions) => [
-  ...(options.nodeArgs ?? []),
-  options.bin ?? FENCEGATE_BIN,
-  ...args,
-];
+const fencegateArgs = (args: readonly string[], options: Pick<FencegateOptions, "bin">) => [options.bin ?? FENCEGATE_BIN, ...args];
 
 /** Runs `command` to its end without blocking this process's event loop. */
 export function runTool(command: string, args: readonly string[], options: RunOptions = {}): Promise<Run> {
   const started = performance.now();
   return new Promise((resolve) => {
-    const child = execFile(
+    execFile(
       command,
       [...args],
       { ...spawnOptions(options), encoding: "utf8", maxBuffer: MAX_OUTPUT_BYTES },
       (err: ExecFileException | null, stdout, stderr) => {
-        const exited = typeof err?.code === "number" || err === null;
+        // execFile's error is also how it reports an exit code other than 0.
+        const exitCode = err === null ? 0 : typeof err.code === "number" ? err.code : null;
         resolve({
-          code: err === null ? 0 : typeof err.code === "number" ? err.code : null,
+          code: exitCode,
           signal: (err?.signal as NodeJS.Signals | undefined) ?? null,
           stdout,
           stderr,
-          ...(exited ? {} : { error: err }),
+          ...(err !== null && exitCode === null ? { error: err } : {}),
           ms: performance.now() - started,
         });
       },
     );
-    if (options.input !== undefined) child.stdin!.end(options.input);
   });
 }
 
 /** Runs `command` to its end, this process waiting (nothing in it must answer meanwhile). */
 export function runToolSync(command: string, args: readonly string[], options: RunOptions = {}): Run {
   const started = performance.now();
-  const run = spawnSync(command, args, { ...spawnOptions(options), input: options.input, encoding: "utf8", maxBuffer: MAX_OUTPUT_BYTES });
+  const run = spawnSync(command, args, { ...spawnOptions(options), encoding: "utf8", maxBuffer: MAX_OUTPUT_BYTES });
   return {
     code: run.status,
     signal: run.signal,
@@ -104,12 +99,12 @@ export function runToolOrThrow(command: string, args: readonly string[], options
   return run.stdout;
 }
 
-/** `node [nodeArgs] bin/fencegate.mjs ARGS` to its end, without blocking this process. */
+/** `node bin/fencegate.mjs ARGS` to its end, without blocking this process. */
 export function runFencegate(args: readonly string[], options: FencegateOptions = {}): Promise<Run> {
   return runTool(process.execPath, fencegateArgs(args, options), options);
 }
 
-/** `node [nodeArgs] bin/fencegate.mjs ARGS` to its end, this process waiting. */
+/** `node bin/fencegate.mjs ARGS` to its end, this process waiting. */
 export function runFencegateSync(args: readonly string[], options: FencegateOptions = {}): Run {
   return runToolSync(process.execPath, fencegateArgs(args, options), options);
 }
@@ -142,17 +137,17 @@ export function startProcess(
   return child;
 }
 
-/** `node [nodeArgs] bin/fencegate.mjs ARGS` long-running (watch, sim), stopped at teardown. */
+/** `node bin/fencegate.mjs ARGS` long-running (watch, sim), stopped at teardown. */
 export function startFencegate(
   teardown: Teardown | null,
   args: readonly string[],
-  options: StartOptions & Pick<FencegateOptions, "bin" | "nodeArgs"> = {},
+  options: StartOptions & Pick<FencegateOptions, "bin"> = {},
 ): ChildProcess {
   return startProcess(teardown, process.execPath, fencegateArgs(args, options), options);
 }
 
 /** Whether `child` still runs (it may have exited, or never started). */
-export const isRunning = (child: ChildProcess): boolean => child.exitCode === null && child.signalCode === null && child.pid !== undefined;
+const isRunning = (child: ChildProcess): boolean => child.exitCode === null && child.signalCode === null && child.pid !== undefined;
 
 /** SIGTERM (after SIGCONT, should it be stopped), SIGKILL if it has not exited within `graceMs`; resolves once it exited. */
 export async function stopProcess(child: ChildProcess, graceMs = 5000): Promise<void> {
