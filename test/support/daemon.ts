@@ -2,16 +2,15 @@
  * The real daemon as a child process (`node bin/fencegate.mjs daemon`), with its JSON log
  * captured so tests can wait for what it says, and kill it (SIGKILL) or stop it (SIGTERM).
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { stringify } from "yaml";
 import { NODE_FLAGS } from "../../bin/node-flags.mjs";
 import { FENCED, PLAIN } from "../../packages/protocol/src/modbus-profile.ts";
 import { freePort } from "./ports.ts";
+import { FENCEGATE_BIN, startProcess, type ChildProcess } from "./processes.ts";
 
-const ROOT = resolve(import.meta.dirname, "../..");
-export const FENCEGATE_BIN = join(ROOT, "bin/fencegate.mjs");
+export { FENCEGATE_BIN } from "./processes.ts";
 
 export type LogLine = Record<string, any> & { msg?: string };
 
@@ -138,11 +137,15 @@ export class DaemonProcess {
   ): DaemonProcess {
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(config));
-    const child = spawn(
-      options.node ?? process.execPath,
-      [...NODE_FLAGS, ...(options.nodeArgs ?? []), options.bin ?? FENCEGATE_BIN, "daemon", "--config", file],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
+    // Stopped by its owner (stopDaemon, kill()), which knows whether to let it drain.
+    const child = startProcess(null, options.node ?? process.execPath, [
+      ...NODE_FLAGS,
+      ...(options.nodeArgs ?? []),
+      options.bin ?? FENCEGATE_BIN,
+      "daemon",
+      "--config",
+      file,
+    ]);
     return new DaemonProcess(child);
   }
 

@@ -4,7 +4,6 @@
  * (a member restart), or the whole cluster stopped. Optionally TLS with client certificates
  * and etcd's own authentication (a root user), to test the gateway's client against both.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import https from "node:https";
@@ -12,6 +11,7 @@ import { readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { portBelowEphemeral } from "./ports.ts";
+import { startProcess, type ChildProcess } from "./processes.ts";
 
 export interface EtcdTls {
   readonly caFile: string;
@@ -128,7 +128,8 @@ export async function startEtcd(options: EtcdOptions = {}): Promise<EtcdCluster>
       String(Math.max(10, Math.floor(electionTimeoutMs / 10))),
       ...(tls ? ["--cert-file", tls.certFile, "--key-file", tls.keyFile, "--trusted-ca-file", tls.caFile, "--client-cert-auth"] : []),
     ];
-    const child = spawn("etcd", args, { stdio: ["ignore", "pipe", "pipe"] });
+    // Members are killed and restarted by their tests, and stopped by the cluster's stop().
+    const child = startProcess(null, "etcd", args);
     m.child = child;
     m.output = "";
     child.stdout!.on("data", (d: Buffer) => (m.output = (m.output + d.toString()).slice(-4000)));

@@ -8,10 +8,10 @@
  * in a page fault on the frozen filesystem cannot fork (fork write-locks every mapping), so
  * a test that froze its own journal's thread could not start `fsfreeze -u` then.
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { runToolOrThrow, startProcess, type ChildProcess } from "./processes.ts";
 
 export interface FrozenDisk {
   /** Where the filesystem is mounted. */
@@ -28,11 +28,10 @@ export function loopExt4(name: string): FrozenDisk | null {
   const image = join(base, "disk.img");
   const dir = join(base, "mnt");
   mkdirSync(dir);
-  const run = (cmd: string, args: string[]) => execFileSync(cmd, args, { stdio: "pipe" });
   try {
-    run("truncate", ["-s", "64M", image]);
-    run("mkfs.ext4", ["-q", "-F", image]);
-    run("mount", ["-o", "loop", image, dir]);
+    runToolOrThrow("truncate", ["-s", "64M", image]);
+    runToolOrThrow("mkfs.ext4", ["-q", "-F", image]);
+    runToolOrThrow("mount", ["-o", "loop", image, dir]);
   } catch {
     rmSync(base, { recursive: true, force: true });
     return null;
@@ -41,8 +40,9 @@ export function loopExt4(name: string): FrozenDisk | null {
   const disk: FrozenDisk = {
     dir,
     freeze() {
-      const waiting = spawn("sh", ["-c", 'read go; exec fsfreeze -u "$0"', dir], { stdio: ["pipe", "ignore", "inherit"] });
-      run("fsfreeze", ["-f", dir]);
+      // Ended by thaw(), through its stdin; remove() thaws whatever happened.
+      const waiting = startProcess(null, "sh", ["-c", 'read go; exec fsfreeze -u "$0"', dir], { stdio: ["pipe", "ignore", "inherit"] });
+      runToolOrThrow("fsfreeze", ["-f", dir]);
       thawer = waiting;
     },
     async thaw() {
@@ -57,7 +57,7 @@ export function loopExt4(name: string): FrozenDisk | null {
       try {
         await disk.thaw();
       } finally {
-        run("umount", ["-l", dir]);
+        runToolOrThrow("umount", ["-l", dir]);
         rmSync(base, { recursive: true, force: true });
       }
     },

@@ -9,11 +9,11 @@
  * and then a connect test would find the intruder while Mosquitto exits with "Address
  * already in use". On that, and only that, the first start draws a fresh port and tries again.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { portBelowEphemeral } from "./ports.ts";
+import { startProcess, type ChildProcess } from "./processes.ts";
 
 export interface Broker {
   readonly port: number;
@@ -68,7 +68,8 @@ async function brokerOnFreePorts(extraConfig: BrokerConfig): Promise<Broker> {
     url: `mqtt://127.0.0.1:${port}`,
     extraPort,
     async start() {
-      const c = spawn("mosquitto", ["-c", conf], { stdio: ["ignore", "pipe", "pipe"] });
+      // The broker is stopped and started again by its tests, and stopped by the Broker's own stop().
+      const c = startProcess(null, "mosquitto", ["-c", conf]);
       child = c;
       let output = "";
       exited = new Promise((resolve) => c.once("exit", () => resolve()));

@@ -2,44 +2,22 @@
  * The npm packages as a user gets them: `npm pack`, then installed from the tarball with
  * npm, and commands run from the installed tree.
  */
-import { execFile } from "node:child_process";
 import { cpSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { promisify } from "node:util";
+import { runTool, type Run, type RunOptions } from "./processes.ts";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 
-export interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-  readonly ms: number;
-}
+export type { Run } from "./processes.ts";
 
-export async function run(
-  command: string,
-  args: readonly string[],
-  options: { cwd?: string; env?: Record<string, string>; timeoutMs?: number } = {},
-): Promise<Run> {
-  const started = performance.now();
-  try {
-    const { stdout, stderr } = await promisify(execFile)(command, [...args], {
-      cwd: options.cwd ?? ROOT,
-      env: { ...process.env, npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false", ...options.env },
-      encoding: "utf8",
-      timeout: options.timeoutMs ?? 240_000,
-      maxBuffer: 16 * 1024 * 1024,
-    });
-    return { code: 0, stdout, stderr, ms: performance.now() - started };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return {
-      code: typeof e.code === "number" ? e.code : -1,
-      stdout: e.stdout ?? "",
-      stderr: e.stderr ?? "",
-      ms: performance.now() - started,
-    };
-  }
+/** A command of the install tests: npm quiet, from the checkout, with the minutes an install may take. */
+export function run(command: string, args: readonly string[], options: RunOptions = {}): Promise<Run> {
+  return runTool(command, args, {
+    cwd: ROOT,
+    timeoutMs: 240_000,
+    ...options,
+    env: { npm_config_audit: "false", npm_config_fund: "false", npm_config_update_notifier: "false", ...options.env },
+  });
 }
 
 /** `npm pack` in `cwd` (extra args: `-w NAME`); returns the tarball's path in `dest`. */

@@ -2,7 +2,7 @@
  * `fencegate sim` as its own process, as a real actuator is its own device: the simulator
  * then answers on its own CPU time, not between the controllers' and the test's work.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { startFencegate, type ChildProcess } from "./processes.ts";
 
 export interface SimProcess {
   readonly child: ChildProcess;
@@ -13,7 +13,8 @@ export interface SimProcess {
 
 /** Starts `node <bin> sim <args>` and resolves once it printed its ready line. */
 export async function startSimProcess(bin: string, args: readonly string[], readyTimeoutMs = 20_000): Promise<SimProcess> {
-  const child = spawn(process.execPath, [bin, "sim", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+  // Its owner stops it (the chaos run cuts its link, power and life as faults).
+  const child = startFencegate(null, ["sim", ...args], { bin });
   const exited = new Promise<void>((r) => child.once("exit", () => r()));
   let out = "";
   let err = "";

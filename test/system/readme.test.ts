@@ -5,8 +5,6 @@
  * commands (run by bash in the checkout, so `npx fencegate` is its CLI); the lines after them are
  * the expected output, where a line ending in `...` only has to match its beginning.
  */
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -17,6 +15,7 @@ import { parse } from "yaml";
 import { startSimulator, type SimulatorHandle } from "../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess } from "../support/daemon.ts";
 import { startMosquitto, type Broker } from "../support/mosquitto.ts";
+import { runTool } from "../support/processes.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 
@@ -91,27 +90,24 @@ describe("README examples", () => {
   it("every example prints what the README says, in order", async () => {
     for (const step of steps) {
       const command = step.command.replaceAll("-p 1883", `-p ${broker.port}`);
-      let output: string;
-      try {
-        // Asynchronous: the simulated valve lives in this process and must keep answering.
-        ({ stdout: output } = await promisify(execFile)(
-          "bash",
-          [
-            "-c",
-            `{ ${command}
+      // Asynchronous: the simulated valve lives in this process and must keep answering.
+      const run = await runTool(
+        "bash",
+        [
+          "-c",
+          `{ ${command}
 } 2>&1`,
-          ],
-          {
-            cwd: ROOT,
-            // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
-            env: { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
-            encoding: "utf8",
-            timeout: 20_000,
-          },
-        ));
-      } catch (err) {
-        throw new Error(`README command failed: ${step.command}\n${(err as { stdout?: string }).stdout ?? String(err)}`);
-      }
+        ],
+        {
+          cwd: ROOT,
+          // npx runs bin/fencegate.mjs with the node first on PATH: this test's own.
+          env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, FENCEGATE_BROKER: broker.url },
+          timeoutMs: 20_000,
+        },
+      );
+      if (run.code !== 0)
+        throw new Error(`README command failed: ${step.command}\n${run.stdout}${run.error ? `\n${run.error.message}` : ""}`);
+      const output = run.stdout;
       const lines = output.replace(/\n$/, "").split("\n");
       const ok = lines.length === step.expected.length && lines.every((line, i) => matches(line, step.expected[i]!));
       expect(ok, `$ ${step.command}\n--- README says:\n${step.expected.join("\n")}\n--- got:\n${output}`).toBe(true);

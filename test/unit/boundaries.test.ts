@@ -1,4 +1,5 @@
-// The layers' import rules (docs/architecture.md), read from every import in the tree:
+// The layers' import rules (docs/architecture.md), and that system tests start processes only
+// through test/support, read from every import in the tree:
 // static `import`/`export ... from`, dynamic `import()` and `require()`, relative paths resolved.
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -32,7 +33,12 @@ function walk(dir: string): string[] {
 }
 
 const packages = readdirSync(join(ROOT, "packages"));
-const files = ["src", "firmware-bridge/src", ...packages.flatMap((p) => [`packages/${p}/src`, `packages/${p}/nodes`])].flatMap(walk);
+const files = [
+  "src",
+  "firmware-bridge/src",
+  ...packages.flatMap((p) => [`packages/${p}/src`, `packages/${p}/nodes`]),
+  "test/system",
+].flatMap(walk);
 
 type Import = { file: string; target: string; names: string[] };
 
@@ -92,6 +98,8 @@ function breaks({ file, target, names }: Import): string | undefined {
   if (under(file, "src/shell") && target === "node:crypto")
     return "the shell draws random bytes through its Random port, so the simulator seeds them";
   if (under(file, "packages") && under(target, "src")) return "packages never reach into src/";
+  if (under(file, "test/system") && (target === "node:child_process" || target === "child_process"))
+    return "system tests start processes through test/support/processes.ts, whose Teardown stops them";
   return undefined;
 }
 
@@ -116,6 +124,7 @@ describe("layer boundaries", () => {
   it("reads a tree with imports in it", () => {
     expect(files.length).toBeGreaterThan(50);
     expect(files.flatMap(importsOf).length).toBeGreaterThan(200);
+    expect(files.filter((f) => under(f, "test/system")).length).toBeGreaterThan(30);
   });
 
   it("no import crosses a layer outside the known list", () => {

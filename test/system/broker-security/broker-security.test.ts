@@ -6,7 +6,6 @@
  * refused while the daemon keeps retrying, and credentials never leave over plain mqtt://
  * unless the configuration says so.
  */
-import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -18,6 +17,7 @@ import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/s
 import { runDoctor } from "../../../src/doctor/checks.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { runToolOrThrow } from "../../support/processes.ts";
 import { stopDaemon, Teardown } from "../../support/stack.ts";
 import { makePki, type Pki } from "./pki.ts";
 
@@ -103,7 +103,7 @@ beforeAll(async () => {
   pki = makePki(dir);
   passwordFile = join(dir, "mosquitto.passwd");
   for (const [user, password] of Object.entries(PASSWORDS)) {
-    execFileSync("mosquitto_passwd", ["-b", ...(user === GATEWAY_USER ? ["-c"] : []), passwordFile, user, password]);
+    runToolOrThrow("mosquitto_passwd", ["-b", ...(user === GATEWAY_USER ? ["-c"] : []), passwordFile, user, password]);
   }
   chmodSync(passwordFile, 0o644);
   // The committed ACL, copied beside them: the checkout itself may not be readable by the
@@ -286,10 +286,10 @@ describe("wrong credentials", () => {
     expect(wrong.child.exitCode).toBeNull();
     expect(wrong.logs.some((l) => l.msg === "MQTT connected")).toBe(false);
     // The operator fixes the broker's side; Mosquitto reloads its password file on SIGHUP.
-    execFileSync("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, "not-the-password"]);
+    runToolOrThrow("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, "not-the-password"]);
     broker.signal("SIGHUP");
     await wrong.waitForLog((l) => l.msg === "MQTT connected", 30_000, "MQTT connected after the fix");
-    execFileSync("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, PASSWORDS[GATEWAY_USER]!]);
+    runToolOrThrow("mosquitto_passwd", ["-b", passwordFile, GATEWAY_USER, PASSWORDS[GATEWAY_USER]!]);
     broker.signal("SIGHUP");
   });
 });

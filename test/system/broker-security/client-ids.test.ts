@@ -5,7 +5,6 @@
  * knock the gateway off, because on the controllers' listener a client's id is its user
  * name; and controllers cannot log in on the gateways' listener.
  */
-import { execFileSync, spawn } from "node:child_process";
 import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -15,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator } from "../../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { portBelowEphemeral } from "../../support/ports.ts";
+import { runToolOrThrow, startProcess } from "../../support/processes.ts";
 import { Teardown, stopDaemon } from "../../support/stack.ts";
 import { makePki, type Pki } from "./pki.ts";
 
@@ -52,20 +52,16 @@ function shippedFor(dir: string, ports: { controllers: number; gateways: number 
 }
 
 async function startBroker(conf: string): Promise<void> {
-  const child = spawn("mosquitto", ["-c", conf], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = startProcess(teardown, "mosquitto", ["-c", conf]);
   const exited = new Promise<void>((done) => child.once("exit", () => done()));
-  teardown.add(child, async (c) => {
-    c.kill("SIGTERM");
-    await exited;
-  });
   let output = "";
   await new Promise<void>((done, fail) => {
     const seen = (d: Buffer) => {
       output += d.toString();
       if (/mosquitto version \S+ running/.test(output)) done();
     };
-    child.stdout.on("data", seen);
-    child.stderr.on("data", seen);
+    child.stdout!.on("data", seen);
+    child.stderr!.on("data", seen);
     void exited.then(() => fail(new Error(`mosquitto exited on the shipped configuration:\n${output}`)));
   });
 }
@@ -93,9 +89,9 @@ beforeAll(async () => {
   const dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-client-ids-")), (d) => rmSync(d, { recursive: true, force: true }));
   chmodSync(dir, 0o755); // Mosquitto started as root reads these as the mosquitto user
   pki = makePki(dir);
-  execFileSync("mosquitto_passwd", ["-c", "-b", join(dir, "gateways.passwd"), GATEWAY_USER, PASSWORDS[GATEWAY_USER]!]);
-  execFileSync("mosquitto_passwd", ["-c", "-b", join(dir, "controllers.passwd"), "plc-a", PASSWORDS["plc-a"]!]);
-  execFileSync("mosquitto_passwd", ["-b", join(dir, "controllers.passwd"), "plc-b", PASSWORDS["plc-b"]!]);
+  runToolOrThrow("mosquitto_passwd", ["-c", "-b", join(dir, "gateways.passwd"), GATEWAY_USER, PASSWORDS[GATEWAY_USER]!]);
+  runToolOrThrow("mosquitto_passwd", ["-c", "-b", join(dir, "controllers.passwd"), "plc-a", PASSWORDS["plc-a"]!]);
+  runToolOrThrow("mosquitto_passwd", ["-b", join(dir, "controllers.passwd"), "plc-b", PASSWORDS["plc-b"]!]);
   for (const f of ["gateways.passwd", "controllers.passwd"]) chmodSync(join(dir, f), 0o644);
   copyFileSync(ACL, join(dir, "acl"));
   chmodSync(join(dir, "acl"), 0o644);

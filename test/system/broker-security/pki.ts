@@ -2,9 +2,9 @@
  * A throwaway PKI made with the openssl command: a CA, a server certificate for 127.0.0.1
  * and localhost, and client certificates, all EC P-256 (fast to make), valid for two days.
  */
-import { execFileSync } from "node:child_process";
 import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { runToolOrThrow } from "../../support/processes.ts";
 
 export interface Pki {
   readonly caFile: string;
@@ -27,7 +27,7 @@ export interface Pki {
 }
 
 function openssl(dir: string, args: string[]): void {
-  execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+  runToolOrThrow("openssl", args, { cwd: dir });
 }
 
 const KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];

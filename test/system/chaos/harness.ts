@@ -16,7 +16,6 @@
  * Afterwards {@link check} judges the histories: the device's own applied log (from every
  * simulator life), every controller's log, and the daemon's "journal loaded"/"granted" lines.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -25,6 +24,7 @@ import { sendControl, type ControlCommand } from "../../../firmware-bridge/src/s
 import { bundleCli } from "../../support/bundle.ts";
 import { DaemonProcess, gatewayConfig, valve, type LogLine } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { startProcess, stopProcess, type ChildProcess } from "../../support/processes.ts";
 import { startSimProcess, type SimProcess } from "../../support/sim-process.ts";
 import { check, monoMs, type ControllerEntry, type DaemonLife, type DeviceEntry, type Verdict } from "./history.ts";
 
@@ -81,12 +81,12 @@ export interface ChaosController {
 /** Starts controller `i` (holder ctl-i, log dir/controller-i.jsonl); again on the same log after a kill. */
 export function spawnController(brokerUrl: string, dir: string, i: number, ttlMs: number): ChaosController {
   const log = join(dir, `controller-${i}.jsonl`);
-  const child = spawn(
+  // The run kills, pauses and restarts its controllers itself, and stops them in its finally.
+  const child = startProcess(
+    null,
     process.execPath,
     ["--import", "tsx", CONTROLLER, "--url", brokerUrl, "--holder", `ctl-${i}`, "--actuator", A, "--ttl-ms", String(ttlMs), "--log", log],
-    {
-      stdio: ["ignore", "ignore", "pipe"],
-    },
+    { stdio: ["ignore", "ignore", "pipe"] },
   );
   const c: ChaosController = { child, exited: new Promise((r) => child.once("exit", r)), paused: false, log, stderr: "" };
   child.stderr!.setEncoding("utf8").on("data", (s: string) => (c.stderr += s));
@@ -140,15 +140,6 @@ type Fault = "pause" | "broker" | "link" | "power" | "restart";
 
 function startSim(bin: string, serial: string, stateFile: string, control: string): Promise<SimProcess> {
   return startSimProcess(bin, ["--serial", serial, "--state", stateFile, "--control", control, "--rate", "0"]);
-}
-
-async function stopChild(child: ChildProcess, exited: Promise<unknown>, graceMs = 3000): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill("SIGCONT");
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
-  await exited;
-  clearTimeout(timer);
 }
 
 /**
@@ -348,7 +339,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       await sleep(between(50, 400));
       // The simulator's applied log lives in its RAM: take it before the process goes.
       device.push(...(await readDevice(control, sim!, counts.simLives)));
-      await stopChild(sim!.child, sim!.exited);
+      await stopProcess(sim!.child, 3000);
       rmSync(join(ptyDir, "device"), { force: true });
       rmSync(join(ptyDir, "master"), { force: true });
       pty = await createPtyPair({ dir: ptyDir });
@@ -418,7 +409,7 @@ export async function runChaos(options: ChaosOptions): Promise<ChaosResult> {
       c.child.kill("SIGKILL");
     }
     await (daemon as DaemonProcess | null)?.kill("SIGKILL");
-    if (sim) await stopChild(sim.child, sim.exited);
+    if (sim) await stopProcess(sim.child, 3000);
     await pty?.close();
     await broker?.stop();
     bundle.remove();

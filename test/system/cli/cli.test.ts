@@ -5,17 +5,17 @@
  * through tsx cost over a minute of CPU here. The tsx path (bin/fencegate.mjs with no build)
  * is what the first-hour, runner and README tests start.
  */
-import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
 import { embeddedBroker } from "../../../src/dev/broker.ts";
 import { bundleCli, type CliBundle } from "../../support/bundle.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { runFencegate, startFencegate, type Run } from "../../support/processes.ts";
+import { Teardown } from "../../support/stack.ts";
 import { TopicWatcher } from "../../support/watch.ts";
 
 let dir: string;
@@ -23,12 +23,8 @@ let broker: Broker;
 let sim: SimulatorHandle;
 let daemon: DaemonProcess;
 let bundle: CliBundle;
-
-interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
+/** Stops the watch processes a failing test leaves running. */
+const teardown = new Teardown();
 
 async function cli(...args: string[]): Promise<Run> {
   return cliWith({ FENCEGATE_BROKER: broker.url }, ...args);
@@ -38,31 +34,21 @@ async function cli(...args: string[]): Promise<Run> {
 const stateDir = () => join(dir, "state");
 
 async function cliWith(env: Record<string, string>, ...args: string[]): Promise<Run> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bundle.bin, ...args], {
-      env: { ...process.env, FENCEGATE_STATE_DIR: stateDir(), ...env },
-      encoding: "utf8",
-      timeout: 30_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
+  return runFencegate(args, { bin: bundle.bin, env: { FENCEGATE_STATE_DIR: stateDir(), ...env }, timeoutMs: 30_000 });
 }
 
 const json = (r: Run) => JSON.parse(r.stdout);
 
 /** `fencegate watch ACTUATOR` running: `seen(pattern)` resolves once its output matches, and fails with the output if it does not within 15 s. */
 function watchOutput(actuator: string) {
-  const child = spawn(process.execPath, [bundle.bin, "watch", actuator], { env: { ...process.env, FENCEGATE_BROKER: broker.url } });
+  const child = startFencegate(teardown, ["watch", actuator], { bin: bundle.bin, env: { FENCEGATE_BROKER: broker.url } });
   let output = "";
-  child.stdout.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => (output += chunk));
   const seen = (pattern: RegExp) =>
     new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`watch did not print ${pattern} within 15 s; it printed:\n${output}`)), 15_000);
       const check = () => pattern.test(output) && (clearTimeout(timer), resolve());
-      child.stdout.on("data", check);
+      child.stdout!.on("data", check);
       child.once("exit", (code) => reject(new Error(`watch exited ${code}: ${output}`)));
       check();
     });
@@ -88,6 +74,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await teardown.run();
   await daemon?.kill("SIGTERM");
   await sim?.close();
   await broker?.stop();
@@ -169,8 +156,9 @@ describe("fencegate CLI", () => {
   });
 
   it("follows states and decisions with watch", async () => {
-    const watch = spawn(process.execPath, [bundle.bin, "watch", "valve-3", "--json", "--count", "3"], {
-      env: { ...process.env, FENCEGATE_BROKER: broker.url },
+    const watch = startFencegate(teardown, ["watch", "valve-3", "--json", "--count", "3"], {
+      bin: bundle.bin,
+      env: { FENCEGATE_BROKER: broker.url },
       stdio: ["ignore", "pipe", "inherit"],
     });
     let stdout = "";
@@ -180,7 +168,7 @@ describe("fencegate CLI", () => {
     // sometimes too short for Node to start.) The events subscription follows the state's
     // by one round trip to the broker, far less than the acquiring CLI takes to start.
     await new Promise<void>((resolve) =>
-      watch.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+      watch.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
         stdout += chunk;
         if (stdout.includes("\n")) resolve();
       }),
@@ -350,13 +338,14 @@ describe("fencegate CLI without a gateway", () => {
     const wire = await TopicWatcher.connect(lonely.url, ["fencegate/#"]);
     try {
       const askedAt = wire.waitFor((m) => !m.retain, { timeoutMs: 30_000, what: "the CLI's request" }).then(() => performance.now());
-      const child = spawn(process.execPath, [bundle.bin, "read", "valve-1"], {
-        env: { ...process.env, FENCEGATE_BROKER: lonely.url },
+      const child = startFencegate(teardown, ["read", "valve-1"], {
+        bin: bundle.bin,
+        env: { FENCEGATE_BROKER: lonely.url },
         stdio: ["ignore", "ignore", "pipe"],
       });
       let stderr = "";
       let saidAt = 0;
-      child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
+      child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
         saidAt ||= performance.now();
         stderr += chunk;
       });

@@ -3,18 +3,18 @@
  * configuration through `npm start`, ports already taken, the daemon's log on a terminal
  * and under systemd, a fresh journal.
  */
-import { execFile, spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { prettyLine } from "../../../src/cli/pretty-log.ts";
 import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
 import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { runFencegate, runTool, startProcess } from "../../support/processes.ts";
+import { Teardown } from "../../support/stack.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
 
@@ -24,6 +24,8 @@ let sim: SimulatorHandle;
 /** A port this test holds open, so that whoever else wants it finds it taken. */
 let taken: net.Server;
 let takenPort: number;
+/** Stops a daemon on a terminal that a failing test leaves running. */
+const teardown = new Teardown();
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-first-hour-"));
@@ -35,27 +37,12 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await teardown.run();
   taken?.close();
   await sim?.close();
   await broker?.stop();
   rmSync(dir, { recursive: true, force: true });
 });
-
-interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-async function run(command: string, args: string[], options: { cwd?: string } = {}): Promise<Run> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(command, args, { cwd: options.cwd ?? ROOT, encoding: "utf8", timeout: 30_000 });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
 
 function writeYaml(name: string, config: unknown): string {
   const file = join(dir, name);
@@ -79,7 +66,7 @@ describe("the first hour", () => {
       "bad.yaml",
       "gatewayId: dev\nmqtt: { url: 'mqtt://127.0.0.1:1883' }\nbuses: { sim: { type: tcp, host: 127.0.0.1, port: 99999 } }\nactuators: []\n",
     );
-    const started = await run("npm", ["start", "--silent", "--", "--config", bad]);
+    const started = await runTool("npm", ["start", "--silent", "--", "--config", bad], { cwd: ROOT, timeoutMs: 30_000 });
     expect(started.code).toBe(78);
     expect(started.stderr).toBe(
       `Configuration ${bad} has 2 problems:\n  - buses.sim.port (line 3): Must be a whole number from 1 to 65535.\n  - actuators (line 4): Define at least one actuator.\n`,
@@ -88,7 +75,7 @@ describe("the first hour", () => {
 
   it("fencegate start with the simulator's port taken: names buses.<name>.port, exit 78", async () => {
     const file = writeYaml("port-taken.yaml", setup({ busPort: takenPort, journal: "taken.db" }));
-    const started = await run(process.execPath, [FENCEGATE_BIN, "start", "--config", file]);
+    const started = await runFencegate(["start", "--config", file], { cwd: ROOT, timeoutMs: 30_000 });
     expect(started.code).toBe(78);
     expect(started.stderr).toBe(
       `fencegate: port ${takenPort} on 127.0.0.1 (buses.sim.port, for the simulated actuator) is in use by another process: stop that process (another \`fencegate start\`?) or choose another buses.sim.port.\n`,
@@ -120,15 +107,15 @@ describe("the first hour", () => {
   it("logs one readable line per entry on a terminal, JSON when stdout is not one", async () => {
     const file = writeYaml("tty.yaml", setup({ journal: "tty.db" }));
     // `script` gives the daemon a terminal as its stdout, as an operator's shell would.
-    const child = spawn("script", ["-qfec", `${process.execPath} ${FENCEGATE_BIN} daemon --config ${file}`, "/dev/null"], {
+    const child = startProcess(teardown, "script", ["-qfec", `${process.execPath} ${FENCEGATE_BIN} daemon --config ${file}`, "/dev/null"], {
       stdio: ["pipe", "pipe", "pipe"],
     });
     let output = "";
-    child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s));
+    child.stdout!.setEncoding("utf8").on("data", (s: string) => (output += s));
     try {
       await new Promise<void>((done, fail) => {
         const timer = setTimeout(() => fail(new Error(`no "MQTT connected" line: ${output}`)), 15_000);
-        child.stdout.on("data", () => /MQTT connected/.test(output) && (clearTimeout(timer), done()));
+        child.stdout!.on("data", () => /MQTT connected/.test(output) && (clearTimeout(timer), done()));
       });
     } finally {
       child.kill("SIGTERM");

@@ -6,11 +6,9 @@
  * daemon's /metrics says nothing is waiting for a commit. `fencegate log` runs bundled, as
  * `npm run build` ships it (the tsx start costs more than a reader's work, many times over).
  */
-import { execFile } from "node:child_process";
 import http from "node:http";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
@@ -20,6 +18,7 @@ import { TestController } from "../../support/controller.ts";
 import { bundleCli } from "../../support/bundle.ts";
 import { valve, type DaemonProcess } from "../../support/daemon.ts";
 import { freePort } from "../../support/ports.ts";
+import { runFencegate, type Run } from "../../support/processes.ts";
 import { Teardown, daemonReport, startStack, stopDaemon } from "../../support/stack.ts";
 
 const teardown = new Teardown();
@@ -49,24 +48,8 @@ async function trailDurable(): Promise<void> {
   expect(last, "journal records still waiting for a commit").toBe(0);
 }
 
-interface Run {
-  readonly code: number;
-  readonly stdout: string;
-  readonly stderr: string;
-}
-
-async function log(...args: string[]): Promise<Run> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [bin, "log", ...args], {
-      encoding: "utf8",
-      timeout: 30_000,
-      env: { ...process.env, FENCEGATE_CONFIG: "" },
-    });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
+function log(...args: string[]): Promise<Run> {
+  return runFencegate(["log", ...args], { bin, timeoutMs: 30_000, env: { FENCEGATE_CONFIG: "" } });
 }
 
 type Entry = {

@@ -2,8 +2,8 @@
  * The long-run tools a newcomer starts from the README (`npm run sim`, `npm run chaos`):
  * --help answers with the usage, a wrong option is a usage error in two lines, never a stack trace.
  */
-import { spawnSync } from "node:child_process";
 import { describe, expect, it } from "vitest";
+import { runToolSync } from "../../support/processes.ts";
 
 const RUNNERS = [
   ["npm run sim", "src/sim/main.ts", "--seeds"],
@@ -11,20 +11,20 @@ const RUNNERS = [
 ] as const;
 
 function run(script: string, ...args: string[]) {
-  return spawnSync(process.execPath, ["--import", "tsx", script, ...args], { encoding: "utf8", timeout: 30_000 });
+  return runToolSync(process.execPath, ["--import", "tsx", script, ...args], { timeoutMs: 30_000 });
 }
 
 describe.each(RUNNERS)("%s", (command, script, option) => {
   it("answers --help with its usage, exit 0", () => {
     const r = run(script, "--help");
-    expect(r.status).toBe(0);
+    expect(r.code).toBe(0);
     expect(r.stdout).toContain(`usage: ${command} -- `);
     expect(r.stdout).toContain(option);
   });
 
   it("refuses an unknown option: exit 64, the usage, no stack trace", () => {
     const r = run(script, "--bogus");
-    expect(r.status).toBe(64);
+    expect(r.code).toBe(64);
     expect(r.stderr).toContain(`usage: ${command} -- `);
     expect(r.stderr).not.toMatch(/\n\s+at /);
   });

@@ -5,11 +5,11 @@
  * daemon must refuse (exit 74, a sentence naming what is lost and the command to run);
  * `fencegate journal recover` then sets the floor, and the next grant is above every earlier one.
  */
-import { spawnSync } from "node:child_process";
 import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DaemonProcess, FENCEGATE_BIN } from "../../support/daemon.ts";
+import { DaemonProcess } from "../../support/daemon.ts";
+import { runFencegateSync } from "../../support/processes.ts";
 import { Teardown, startValveStack, type ValveStack } from "../../support/stack.ts";
 
 const A = "damper-1";
@@ -52,12 +52,9 @@ describe("a journal that lost committed history is refused, and recovered above 
       expect(fatal!.msg).toMatch(/run `fencegate journal recover` with this gateway's --config/);
     }
 
-    const recover = spawnSync(process.execPath, [FENCEGATE_BIN, "journal", "recover", "--config", config], {
-      encoding: "utf8",
-      timeout: 60_000,
-    });
+    const recover = runFencegateSync(["journal", "recover", "--config", config], { timeoutMs: 60_000 });
     expect(recover.stderr).toBe("");
-    expect(recover.status).toBe(0);
+    expect(recover.code).toBe(0);
     expect(recover.stdout).toMatch(new RegExp(`${A}: the next token is above \\d+ \\(the journal had \\d+\\)`));
 
     world.daemon = DaemonProcess.start(world.dir, world.config);

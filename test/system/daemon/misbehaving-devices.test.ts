@@ -3,11 +3,9 @@
  * Modbus RTU on a socat pty): what controllers, the retained state, `fencegate read`, the
  * log, /metrics and /healthz say when a device misbehaves. Each scenario starts its own slave and daemon.
  */
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -16,7 +14,7 @@ import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { parseConfig } from "../../../src/config/parse.ts";
 import { startDaemon } from "../../../src/daemon/index.ts";
 import { TestController, type Json } from "../../support/controller.ts";
-import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valvePoints } from "../../support/daemon.ts";
+import { DaemonProcess, gatewayConfig, valvePoints } from "../../support/daemon.ts";
 import {
   MisbehavingSlave,
   byteCountField,
@@ -28,6 +26,7 @@ import {
 } from "../../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
 import { freePort } from "../../support/ports.ts";
+import { runFencegate } from "../../support/processes.ts";
 import { Teardown, daemonReport, stopDaemon } from "../../support/stack.ts";
 import { TopicWatcher, safeJson, until } from "../../support/watch.ts";
 
@@ -137,11 +136,9 @@ async function healthz(port: number): Promise<{ status: number; body: Json }> {
 }
 
 async function fencegateRead(): Promise<string> {
-  const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "read", A, "--broker", broker.url], {
-    encoding: "utf8",
-    timeout: 30_000,
-  });
-  return stdout;
+  const read = await runFencegate(["read", A, "--broker", broker.url], { timeoutMs: 30_000 });
+  expect(read.code, read.stderr).toBe(0);
+  return read.stdout;
 }
 
 async function lease(c: TestController, ttlMs = 60_000): Promise<number> {

@@ -4,11 +4,10 @@
  * as online. Real daemon, real Mosquitto, the simulated valve; the CLI and the client library
  * as a controller would run them.
  */
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { FencegateClient, type ActuatorState } from "fencegate-client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DaemonProcess, FENCEGATE_BIN } from "../../support/daemon.ts";
+import { DaemonProcess } from "../../support/daemon.ts";
+import { runFencegate } from "../../support/processes.ts";
 import { Teardown, startValveStack, type ValveStack } from "../../support/stack.ts";
 import { TopicWatcher, retainedOn, safeJson } from "../../support/watch.ts";
 
@@ -58,14 +57,14 @@ describe("a stopped or crashed gateway's actuators read as offline, with no leas
     expect(after.get(STATUS)).toBe("offline");
     expect(safeJson(after.get(STATE)!)).toMatchObject({ online: true, lease: { holder: "line-a" } }); // nobody could change it
 
-    const { stdout } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url, "--json"], {
-      timeout: 30_000,
-    });
-    expect(JSON.parse(stdout)).toEqual({
+    const status = await runFencegate(["status", "--broker", world.broker.url, "--json"], { timeoutMs: 30_000 });
+    expect(status.code, status.stderr).toBe(0);
+    expect(JSON.parse(status.stdout)).toEqual({
       ok: true,
       actuators: [expect.objectContaining({ actuator: A, online: false, lease: null, gateway: "test" })],
     });
-    const human = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "status", "--broker", world.broker.url], { timeout: 30_000 });
+    const human = await runFencegate(["status", "--broker", world.broker.url], { timeoutMs: 30_000 });
+    expect(human.code, human.stderr).toBe(0);
     expect(human.stdout).toMatch(new RegExp(`^${A} +NO +- +- `, "m"));
 
     const client = await FencegateClient.connect({ url: world.broker.url, holder: "watcher" });

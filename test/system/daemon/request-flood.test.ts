@@ -8,13 +8,14 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
 import { TestController, type Json } from "../../support/controller.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { startProcess } from "../../support/processes.ts";
+import { Teardown } from "../../support/stack.ts";
 
 const FLOOD_MS = 5000;
 const RENEW_EVERY_MS = 200;
@@ -35,6 +36,8 @@ let sim: SimulatorHandle | undefined;
 let daemon: DaemonProcess | undefined;
 let metricsPort = 0;
 let owner: TestController | undefined;
+/** Stops a flooder a failing test leaves running. */
+const teardown = new Teardown();
 
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-request-flood-"));
@@ -56,6 +59,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await teardown.run();
   await daemon?.kill("SIGKILL");
   await owner?.close();
   await sim?.close();
@@ -65,11 +69,11 @@ afterAll(async () => {
 
 /** Runs the flooder (test/support/flooder.mjs) in a process of its own; resolves with how many requests it sent. */
 function flood(ms: number): Promise<number> {
-  const child = spawn(process.execPath, [FLOODER, broker!.url, `fencegate/${A}`, String(FLOOD_RATE), String(ms)], {
+  const child = startProcess(teardown, process.execPath, [FLOODER, broker!.url, `fencegate/${A}`, String(FLOOD_RATE), String(ms)], {
     stdio: ["ignore", "pipe", "inherit"],
   });
   let out = "";
-  child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+  child.stdout!.setEncoding("utf8").on("data", (s: string) => (out += s));
   return new Promise((resolve, reject) =>
     child.once("exit", (code) => (code === 0 ? resolve(Number(out.trim())) : reject(new Error(`the flooder exited ${code}`)))),
   );

@@ -2,7 +2,6 @@
  * Several gateways on one broker and one base topic, as a plant runs them: gw-base serves
  * valve-1, gw-auth serves valve-a. Real daemons, real Mosquitto, simulated valves.
  */
-import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,8 +13,9 @@ import { stringify } from "yaml";
 import { startSimulator } from "../../../firmware-bridge/src/simulator.ts";
 import { actuatorConflictOf } from "../../../src/adapters/mqtt/presence.ts";
 import { runDoctor } from "../../../src/doctor/checks.ts";
-import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { runFencegate } from "../../support/processes.ts";
 import { Teardown, stopDaemon } from "../../support/stack.ts";
 
 const teardown = new Teardown();
@@ -125,12 +125,7 @@ describe("several gateways on one broker", () => {
   });
 
   it("the CLI: an acquire on another gateway's actuator is granted (exit 0); an actuator nobody serves is 'no such actuator' (exit 5)", async () => {
-    const cli = (...args: string[]) =>
-      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
-        execFile(process.execPath, [FENCEGATE_BIN, ...args, "--broker", broker.url, "--holder", "line-c"], (err, stdout, stderr) =>
-          resolve({ code: err ? Number(err.code) : 0, stdout, stderr }),
-        );
-      });
+    const cli = (...args: string[]) => runFencegate([...args, "--broker", broker.url, "--holder", "line-c"]);
     const granted = await cli("lease", "acquire", "valve-a", "--ttl-ms", "1000", "--json");
     expect(granted).toMatchObject({ code: 0 });
     expect(JSON.parse(granted.stdout)).toMatchObject({ ok: true, actuator: "valve-a", holder: "line-c" });

@@ -3,11 +3,11 @@
  * started: the systemd unit, `npm start`, and the commands the docs show. DaemonProcess (tests,
  * benchmark) takes them from bin/node-flags.mjs itself.
  */
-import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { describe, expect, it } from "vitest";
 import { NODE_FLAGS } from "../../../bin/node-flags.mjs";
+import { runToolSync } from "../../support/processes.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
 const read = (file: string) => readFileSync(resolve(ROOT, file), "utf8");
@@ -25,8 +25,8 @@ function nodeFlags(command: string): string[] {
 describe("the daemon's node flags", () => {
   it("are options node accepts", () => {
     expect(NODE_FLAGS.length).toBeGreaterThan(0);
-    const run = spawnSync(process.execPath, [...NODE_FLAGS, "-e", "0"], { encoding: "utf8" });
-    expect({ status: run.status, stderr: run.stderr }).toEqual({ status: 0, stderr: "" });
+    const run = runToolSync(process.execPath, [...NODE_FLAGS, "-e", "0"]);
+    expect({ status: run.code, stderr: run.stderr }).toEqual({ status: 0, stderr: "" });
   });
 
   it("are the unit's ExecStart flags, exactly", () => {

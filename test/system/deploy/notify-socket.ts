@@ -4,8 +4,8 @@
  * taking file descriptors, so the kernel closes the BARRIER=1 pipe that systemd-notify
  * sends and waits on.
  */
-import { spawn } from "node:child_process";
 import { join } from "node:path";
+import { startProcess } from "../../support/processes.ts";
 
 const RECEIVER = `
 use Socket;
@@ -27,16 +27,16 @@ export interface NotifySocket {
 
 export async function openNotifySocket(dir: string): Promise<NotifySocket> {
   const path = join(dir, "notify");
-  const child = spawn("perl", ["-e", RECEIVER, path], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = startProcess(null, "perl", ["-e", RECEIVER, path]);
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const messages: string[][] = [];
   const listeners = new Set<() => void>();
   let stderr = "";
-  child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s));
+  child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
   let buffer = "";
   const ready = new Promise<void>((resolve, reject) => {
     child.once("exit", () => reject(new Error(`notify receiver exited: ${stderr}`)));
-    child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
+    child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
       buffer += chunk;
       let nl: number;
       while ((nl = buffer.indexOf("\n")) >= 0) {

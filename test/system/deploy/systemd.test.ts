@@ -3,7 +3,6 @@
  * real daemon speaks sd_notify (READY=1, WATCHDOG=1 pings, STOPPING=1) to a notify socket
  * the way systemd would see it, only while it is healthy.
  */
-import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -13,6 +12,7 @@ import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/s
 import { SystemdNotifier, watchdogIntervalMs } from "../../../src/adapters/systemd/notify.ts";
 import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
+import { runToolSync } from "../../support/processes.ts";
 import { Teardown } from "../../support/stack.ts";
 import { openNotifySocket, type NotifySocket } from "./notify-socket.ts";
 
@@ -34,10 +34,10 @@ describe("config/fencegate.service", () => {
       unit = join(dir, "fencegate.service");
       writeFileSync(unit, readFileSync(UNIT, "utf8").replace("ExecStart=/usr/bin/node ", `ExecStart=${process.execPath} `));
     }
-    const run = spawnSync("systemd-analyze", ["verify", "--man=no", unit], { encoding: "utf8" });
+    const run = runToolSync("systemd-analyze", ["verify", "--man=no", unit]);
     expect(run.error).toBeUndefined();
     // Unknown keys and bad values are only warnings (exit 0): any output is a failure here.
-    expect({ status: run.status, output: run.stdout + run.stderr }).toEqual({ status: 0, output: "" });
+    expect({ status: run.code, output: run.stdout + run.stderr }).toEqual({ status: 0, output: "" });
   });
 
   it("explains its settings by what the package ships (dist/), not by tsx, which it does not ship", () => {

@@ -3,7 +3,6 @@
  * adapter, a real Mosquitto with a password file for the broker, temp directories for the
  * journal. Each broken setup must produce its own finding with a fix, and a non-zero exit.
  */
-import { execFileSync, spawnSync } from "node:child_process";
 import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { once } from "node:events";
 import net from "node:net";
@@ -19,6 +18,7 @@ import { FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
 import { MisbehavingSlave, fencedIdentity } from "../../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
 import { freePort } from "../../support/ports.ts";
+import { nobodyCanRead, runFencegateSync, runToolOrThrow } from "../../support/processes.ts";
 import { Teardown } from "../../support/stack.ts";
 
 const teardown = new Teardown();
@@ -30,7 +30,7 @@ beforeAll(async () => {
   dir = teardown.add(mkdtempSync(join(tmpdir(), "fencegate-doctor-test-")), (d) => rmSync(d, { recursive: true, force: true }));
   chmodSync(dir, 0o755); // readable by the unprivileged user some cases run as
   const passwords = join(dir, "passwords");
-  execFileSync("mosquitto_passwd", ["-b", "-c", passwords, "gw-test", "right-password"]);
+  runToolOrThrow("mosquitto_passwd", ["-b", "-c", passwords, "gw-test", "right-password"]);
   chmodSync(passwords, 0o644);
   broker = teardown.add(await startMosquitto(`allow_anonymous false\npassword_file ${passwords}`), (b) => b.stop());
   pty = teardown.add(await createPtyPair(), (p) => p.close());
@@ -67,12 +67,7 @@ function failures(findings: Finding[]): Finding[] {
 
 /** The CLI as a separate process; as `uid` when given (root only). */
 function doctorCli(args: string[], uid?: number) {
-  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "doctor", ...args], {
-    encoding: "utf8",
-    timeout: 60_000,
-    ...(uid === undefined ? {} : { uid, gid: uid }),
-  });
-  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
+  return runFencegateSync(["doctor", ...args], { timeoutMs: 60_000, ...(uid === undefined ? {} : { uid, gid: uid }) });
 }
 
 describe("a good setup", () => {
@@ -293,10 +288,7 @@ describe("a broken setup", () => {
   // Root writes anywhere: as root, this case runs the doctor as nobody (uid 65534), which
   // needs to be able to read the checkout (not so under /root, for one).
   const asRoot = process.getuid?.() === 0;
-  const nobodyCanRun =
-    !asRoot ||
-    spawnSync(process.execPath, ["-e", `require("fs").accessSync(${JSON.stringify(FENCEGATE_BIN)}, 4)`], { uid: 65534, gid: 65534 })
-      .status === 0;
+  const nobodyCanRun = !asRoot || nobodyCanRead(FENCEGATE_BIN);
   it.skipIf(!nobodyCanRun)("a journal directory the service user cannot write", () => {
     const config = writeConfig();
     const state = join(config, "..", "state");

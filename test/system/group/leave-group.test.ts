@@ -4,12 +4,10 @@
  * says what leaving means, and after it the gateway starts alone. Started alone, a gateway
  * whose fenced device carries a fence above its journal (the other member's takeover) warns.
  */
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TestController } from "../../support/controller.ts";
-import { FENCEGATE_BIN } from "../../support/daemon.ts";
 import { VALVE, startGroup, type GroupStack } from "../../support/group.ts";
+import { runFencegate } from "../../support/processes.ts";
 import { Teardown, daemonReport, stopDaemon } from "../../support/stack.ts";
 
 const teardown = new Teardown();
@@ -31,19 +29,6 @@ const withoutGroup = (config: Record<string, unknown>) => {
   const { group: _, ...alone } = config;
   return alone;
 };
-
-async function journalCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "journal", ...args], {
-      encoding: "utf8",
-      timeout: 30_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-}
 
 describe("leaving a gateway group", () => {
   it("a journal that served in a group refuses to start without one until journal leave-group; alone, a device fence above the journal is warned about", async () => {
@@ -79,11 +64,11 @@ describe("leaving a gateway group", () => {
       /served in gateway group "leave", and this configuration has no group section: alone, this gateway would serve its actuators beside the group's active gateway/,
     );
 
-    const left = await journalCli("leave-group", "--config", group.configFile(b));
+    const left = await runFencegate(["journal", "leave-group", "--config", group.configFile(b)], { timeoutMs: 30_000 });
     expect(left.code, left.stderr).toBe(0);
     expect(left.stdout).toMatch(/has left gateway group "leave": the gateway now starts alone/);
     expect(left.stdout).toMatch(/Make sure no member of "leave" serves them any more/);
-    expect((await journalCli("leave-group", "--config", group.configFile(b))).stdout).toMatch(
+    expect((await runFencegate(["journal", "leave-group", "--config", group.configFile(b)], { timeoutMs: 30_000 })).stdout).toMatch(
       /was not in a gateway group: nothing changed\.$/m,
     );
 
@@ -99,7 +84,7 @@ describe("leaving a gateway group", () => {
   });
 
   it("leave-group refuses while the configuration still has the group section", async () => {
-    const still = await journalCli("leave-group", "--config", group.configFile(member));
+    const still = await runFencegate(["journal", "leave-group", "--config", group.configFile(member)], { timeoutMs: 30_000 });
     expect(still.code).toBe(78);
     expect(still.stderr).toMatch(/the configuration still has a group section \(group "leave"\): remove it first/);
   });

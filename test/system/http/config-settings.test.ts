@@ -3,9 +3,7 @@
  * default and on loopback; beyond loopback it needs credentials, or the configuration is
  * refused with a sentence saying why.
  */
-import { execFile } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
-import { promisify } from "node:util";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -14,9 +12,9 @@ import { loadConfigFile } from "../../../src/config/load.ts";
 import { parseConfig } from "../../../src/config/parse.ts";
 import { ConfigError } from "../../../src/config/problems.ts";
 import { isLoopbackHost } from "../../../src/config/schema.ts";
-import { FENCEGATE_BIN } from "../../support/daemon.ts";
 import { minimalConfig } from "../../support/config-fixture.ts";
 import { onlyProblem } from "../../support/config-problems.ts";
+import { runFencegate } from "../../support/processes.ts";
 
 function withMetrics(metrics: Record<string, unknown>) {
   const c = minimalConfig();
@@ -56,13 +54,9 @@ describe("HTTP port settings", () => {
     const dir = mkdtempSync(join(tmpdir(), "fencegate-http-config-"));
     const file = join(dir, "gateway.yaml");
     writeFileSync(file, stringify(withMetrics({ host: "0.0.0.0" })));
-    const run = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, "daemon", "--config", file], { encoding: "utf8" }).catch(
-      (e: { code: number; stderr: string }) => e,
-    );
+    const run = await runFencegate(["daemon", "--config", file]);
     expect(run).toMatchObject({ code: 78 });
-    expect((run as { stderr: string }).stderr).toMatch(
-      /metrics\.host.*0\.0\.0\.0 would serve the status page and \/metrics .* add metrics\.auth/,
-    );
+    expect(run.stderr).toMatch(/metrics\.host.*0\.0\.0\.0 would serve the status page and \/metrics .* add metrics\.auth/);
   });
 
   it("takes a token or a username and password beyond loopback", () => {

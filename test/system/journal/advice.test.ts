@@ -8,7 +8,6 @@
  * The read-only filesystem is a read-only bind mount in a mount namespace of its own
  * (`unshare --mount`), as the kernel leaves a failing card.
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -17,6 +16,7 @@ import { markPath } from "../../../src/adapters/journal/mark.ts";
 import { openSqliteJournal, type SqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { FENCEGATE_BIN, fatalLine, writeUnconnectedConfig } from "../../support/daemon.ts";
 import { expectOpensWhole, refusal } from "../../support/journal-refusal.ts";
+import { runToolSync } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-advice-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -63,7 +63,7 @@ function stopped(): string {
 /** `fencegate ARGS` with `dir` mounted read-only for it alone (a mount namespace of its own). */
 function onReadOnly(dir: string, args: string[]) {
   const command = [process.execPath, FENCEGATE_BIN, ...args].map((a) => `'${a}'`).join(" ");
-  const run = spawnSync(
+  return runToolSync(
     "unshare",
     [
       "--mount",
@@ -73,9 +73,8 @@ function onReadOnly(dir: string, args: string[]) {
       "-c",
       `mount --bind '${dir}' '${dir}' && mount -o remount,bind,ro '${dir}' && exec ${command}`,
     ],
-    { encoding: "utf8", timeout: 60_000 },
+    { timeoutMs: 60_000 },
   );
-  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
 describe("a damaged mark", () => {

@@ -4,7 +4,6 @@
  * status page answers only once the records handed to the journal are durable: the group
  * committer's whenDurable, test/system/journal/group-commit.test.ts.)
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -13,6 +12,7 @@ import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { AuditError, AuditReader } from "../../../src/adapters/journal/audit.ts";
 import { openSqliteJournal, SCHEMA_VERSION } from "../../../src/adapters/journal/sqlite.ts";
+import { runToolSync } from "../../support/processes.ts";
 
 const SQLITE_MODULE = new URL("../../../src/adapters/journal/sqlite.ts", import.meta.url).href;
 
@@ -105,24 +105,20 @@ describe("audit trail", () => {
   it("a reader after a crash leaves the journal as the crash did: the daemon starts on it again", () => {
     const file = newPath();
     // A gateway that commits and dies without closing: the -wal holds its commits, the mark says open.
-    const child = spawnSync(
-      process.execPath,
-      [
-        "--import",
-        "tsx",
-        "--input-type=module",
-        "-e",
-        `
+    const child = runToolSync(process.execPath, [
+      "--import",
+      "tsx",
+      "--input-type=module",
+      "-e",
+      `
       const { openSqliteJournal } = await import(${JSON.stringify(SQLITE_MODULE)});
       const j = openSqliteJournal({ path: ${JSON.stringify(file)}, recentLimit: 10 });
       j.load();
       j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "a", token: 7 } }]);
       process.exit(0);
     `,
-      ],
-      { encoding: "utf8" },
-    );
-    expect(child.status, child.stderr).toBe(0);
+    ]);
+    expect(child.code, child.stderr).toBe(0);
     expect(fs.statSync(`${file}-wal`).size).toBeGreaterThan(0);
     const reader = AuditReader.open(file);
     expect(reader.actuators()).toEqual(["valve-1"]);

@@ -16,7 +16,6 @@
  *
  * Replay one run: FENCEGATE_CRASH_SEED=<seed printed on failure>.
  */
-import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -28,6 +27,8 @@ import type { Fence } from "../../../src/core/types.ts";
 import { foldEntries, restartAll } from "../../../src/adapters/journal/memory.ts";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import type { JournalEntry } from "../../../src/shell/ports.ts";
+import { startProcess } from "../../support/processes.ts";
+import { Teardown } from "../../support/stack.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, "../../..");
@@ -40,8 +41,11 @@ const KILLS = Number(process.env["FENCEGATE_CRASH_KILLS"] ?? 30);
 const RECENT_LIMIT = 16;
 const BIG = Number.MAX_SAFE_INTEGER - 1_000_000;
 
-const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-crash-"));
-afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
+const teardown = new Teardown();
+const root = teardown.add(fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-crash-")), (d) =>
+  fs.rmSync(d, { recursive: true, force: true }),
+);
+afterAll(() => teardown.run());
 
 /**
  * How to start the child. `node --import tsx` costs ~0.45 s of CPU per start, which on a
@@ -92,10 +96,11 @@ interface Run {
 function runChild(mode: Mode, file: string, seed: number, killAfterMs: number, duringLoad: boolean): Promise<Run> {
   return new Promise((resolve, reject) => {
     const started = performance.now();
-    const p = spawn(
+    const p = startProcess(
+      teardown,
       process.execPath,
       [...childArgs, file, String(seed), String(RECENT_LIMIT), ...(mode === "pipelined" ? ["pipelined"] : [])],
-      { cwd: repo, stdio: ["ignore", "pipe", "pipe"] },
+      { cwd: repo },
     );
     const committed: JournalEntry[][] = [];
     const pending: JournalEntry[][] = [];
@@ -103,8 +108,8 @@ function runChild(mode: Mode, file: string, seed: number, killAfterMs: number, d
     let buffer = "";
     let stderr = "";
     const killLater = () => setTimeout(() => p.kill("SIGKILL"), killAfterMs);
-    p.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    p.stdout.on("data", (d: Buffer) => {
+    p.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+    p.stdout!.on("data", (d: Buffer) => {
       buffer += d.toString();
       let nl: number;
       while ((nl = buffer.indexOf("\n")) >= 0) {

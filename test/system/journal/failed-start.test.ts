@@ -5,7 +5,6 @@
  * start would refuse with a false JOURNAL_LOST_HISTORY (whose recovery moves tokens up by a
  * million). A full disk is named as such.
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -14,6 +13,7 @@ import { markPath, readMark } from "../../../src/adapters/journal/mark.ts";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { FENCEGATE_BIN, writeUnconnectedConfig } from "../../support/daemon.ts";
 import { expectOpensWhole, refusal } from "../../support/journal-refusal.ts";
+import { runToolSync } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-failed-start-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -62,7 +62,7 @@ describe("a start that fails", () => {
       `rm ${q(dir)}/filler`,
       `${fencegate("journal", "recover", "--config", config, "--json")}`,
     ].join("\n");
-    const run = spawnSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", script], { encoding: "utf8", timeout: 90_000 });
+    const run = runToolSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", script], { timeoutMs: 90_000 });
     const lines = run.stdout.split("\n").filter(Boolean);
     expect(lines).toContain("daemon-exit 74");
     const fatal = lines

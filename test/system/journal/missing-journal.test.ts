@@ -5,18 +5,17 @@
  * a journal is created by `fencegate journal init`, or by `journal.createIfMissing`, which
  * only the embedded demo configuration sets.
  */
-import { execFile } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { promisify } from "node:util";
 import { afterAll, describe, expect, it } from "vitest";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { loadConfigFile } from "../../../src/config/load.ts";
 import { parseConfig } from "../../../src/config/parse.ts";
 import { EMBEDDED_CONFIG } from "../../../src/cli/start.ts";
 import { JournalError } from "../../../src/shell/ports.ts";
-import { FENCEGATE_BIN, fatalLine, gatewayConfig, valve, writeUnconnectedConfig } from "../../support/daemon.ts";
+import { fatalLine, gatewayConfig, valve, writeUnconnectedConfig } from "../../support/daemon.ts";
+import { runFencegate } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-missing-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -31,16 +30,6 @@ function refusedOpen(file: string): JournalError {
     return error as JournalError;
   }
   throw new Error(`expected ${file} to be refused`);
-}
-
-async function fencegate(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [FENCEGATE_BIN, ...args], { encoding: "utf8", timeout: 30_000 });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
 }
 
 describe("a missing journal", () => {
@@ -68,7 +57,7 @@ describe("a missing journal", () => {
     const dir = newDir();
     const journalDir = path.join(dir, "state");
     const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), path.join(journalDir, "journal.db"), { createIfMissing: false });
-    const run = await fencegate(["daemon", "--config", config, "--log-format", "json"]);
+    const run = await runFencegate(["daemon", "--config", config, "--log-format", "json"], { timeoutMs: 30_000 });
     expect(run.code).toBe(74);
     const fatal = fatalLine(run.stdout)!;
     expect(fatal).toMatchObject({ code: "JOURNAL_MISSING", init: `fencegate journal init --config ${config}` });
@@ -79,13 +68,13 @@ describe("a missing journal", () => {
     const dir = newDir();
     const file = path.join(dir, "journal.db");
     const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), file);
-    const first = await fencegate(["journal", "init", "--config", config]);
+    const first = await runFencegate(["journal", "init", "--config", config], { timeoutMs: 30_000 });
     expect(first).toMatchObject({ code: 0, stdout: expect.stringContaining(`${file}: a new journal`) });
     const j = openSqliteJournal({ path: file, recentLimit: 8, createIfMissing: false });
     j.load();
     j.commit([{ actuator: "valve-1", record: { type: "granted", holder: "ctl", token: 7 } }]);
     j.close();
-    const second = await fencegate(["journal", "init", "--config", config]);
+    const second = await runFencegate(["journal", "init", "--config", config], { timeoutMs: 30_000 });
     expect(second).toMatchObject({ code: 0, stdout: expect.stringContaining("already exists: nothing changed") });
     const again = openSqliteJournal({ path: file, recentLimit: 8, createIfMissing: false });
     expect(again.load().get("valve-1")?.highestGranted).toBe(7);
@@ -95,7 +84,7 @@ describe("a missing journal", () => {
   it("is not created by `fencegate journal init` in a directory that is gone", async () => {
     const dir = newDir();
     const config = writeUnconnectedConfig(path.join(dir, "gateway.yaml"), path.join(dir, "usb", "journal.db"));
-    const run = await fencegate(["journal", "init", "--config", config]);
+    const run = await runFencegate(["journal", "init", "--config", config], { timeoutMs: 30_000 });
     expect(run.code).toBe(74);
     expect(run.stderr).toMatch(/usb does not exist/);
     expect(fs.existsSync(path.join(dir, "usb"))).toBe(false);

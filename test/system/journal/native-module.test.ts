@@ -9,7 +9,6 @@
  * replaced by one that registers itself for another NODE_MODULE_VERSION (compiled here with
  * the system's C compiler): Node refuses it exactly as it refuses a stale build.
  */
-import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -18,6 +17,7 @@ import { build } from "esbuild";
 import { BUILD_OPTIONS } from "../../../bin/build.mjs";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { writeUnconnectedConfig } from "../../support/daemon.ts";
+import { runFencegateSync, runToolOrThrow } from "../../support/processes.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../../..");
 /** Another Node's ABI than this one's: what a stale build was made for. */
@@ -52,7 +52,7 @@ beforeAll(async () => {
   fs.cpSync(path.join(ROOT, "node_modules/better-sqlite3/lib"), path.join(sqlite, "lib"), { recursive: true });
   fs.copyFileSync(path.join(ROOT, "node_modules/better-sqlite3/package.json"), path.join(sqlite, "package.json"));
   fs.writeFileSync(path.join(install, "stale.c"), STALE_ADDON_C);
-  execFileSync("cc", ["-shared", "-fPIC", "-o", path.join(sqlite, "build/Release/better_sqlite3.node"), path.join(install, "stale.c")]);
+  runToolOrThrow("cc", ["-shared", "-fPIC", "-o", path.join(sqlite, "build/Release/better_sqlite3.node"), path.join(install, "stale.c")]);
 
   journal = path.join(install, "state", "journal.db");
   fs.mkdirSync(path.dirname(journal));
@@ -67,8 +67,7 @@ beforeAll(async () => {
 afterAll(() => install && fs.rmSync(install, { recursive: true, force: true }));
 
 function fencegate(args: string[]) {
-  const run = spawnSync(process.execPath, [path.join(install, "dist/fencegate.js"), ...args], { encoding: "utf8", timeout: 60_000 });
-  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
+  return runFencegateSync(args, { bin: path.join(install, "dist/fencegate.js"), timeoutMs: 60_000 });
 }
 
 const SENTENCE = () =>

@@ -4,13 +4,13 @@
  * `--yes`, and the refusal says how many grants such a floor leaves; nothing changes
  * without it.
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, writeUnconnectedConfig } from "../../support/daemon.ts";
+import { writeUnconnectedConfig } from "../../support/daemon.ts";
+import { runFencegateSync } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-floor-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -30,8 +30,7 @@ function installation(): { config: string; journal: string } {
 }
 
 function recover(args: string[]) {
-  const run = spawnSync(process.execPath, [FENCEGATE_BIN, "journal", "recover", ...args], { encoding: "utf8", timeout: 60_000 });
-  return { code: run.status, stdout: run.stdout, stderr: run.stderr };
+  return runFencegateSync(["journal", "recover", ...args], { timeoutMs: 60_000 });
 }
 
 function highestGranted(journal: string): number | undefined {

@@ -16,12 +16,12 @@
  *   for the disk (their records are the asynchronous audit);
  * - a clean stop commits and syncs the audit records still within their lag.
  */
-import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
+import { runToolSync } from "../../support/processes.ts";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-fsync-"));
@@ -108,7 +108,7 @@ function isCommitFrameHeader(line: string): boolean {
 function traceChild(child: string, args: readonly number[]): Call[] {
   const dir = fs.mkdtempSync(path.join(root, "run-"));
   const out = path.join(dir, "trace.txt");
-  const run = spawnSync(
+  const run = runToolSync(
     "strace",
     [
       "-f",
@@ -125,10 +125,10 @@ function traceChild(child: string, args: readonly number[]): Call[] {
       path.join(dir, "journal.db"),
       ...args.map(String),
     ],
-    { cwd: path.resolve(here, "../../.."), encoding: "utf8", timeout: 60_000 },
+    { cwd: path.resolve(here, "../../.."), timeoutMs: 60_000 },
   );
   if (run.error) throw new Error(`strace could not run (${run.error.message}); .ci/run installs it (apt-get install strace)`);
-  expect(run.status, run.stderr).toBe(0);
+  expect(run.code, run.stderr).toBe(0);
   return parseTrace(fs.readFileSync(out, "utf8"));
 }
 
@@ -180,8 +180,8 @@ describe("the strace parser", () => {
  * start but not trace: then these tests cannot run here, and say so. strace itself missing
  * is a failure: .ci/run installs it.
  */
-const probe = spawnSync("strace", ["-f", "-o", "/dev/null", "true"], { encoding: "utf8" });
-const PTRACE_BLOCKED = probe.error === undefined && probe.status !== 0 && /Operation not permitted/.test(probe.stderr);
+const probe = runToolSync("strace", ["-f", "-o", "/dev/null", "true"]);
+const PTRACE_BLOCKED = probe.error === undefined && probe.code !== 0 && /Operation not permitted/.test(probe.stderr);
 
 let traced: Call[] | null = null;
 const calls = (): Call[] => (traced ??= traceChild("fsync-child.ts", [COMMITS, CHECKPOINT_EVERY]));

@@ -1,11 +1,11 @@
 import Database from "better-sqlite3";
-import { execFileSync, spawnSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { openSqliteJournal, SCHEMA_VERSION } from "../../../src/adapters/journal/sqlite.ts";
 import { refusal } from "../../support/journal-refusal.ts";
+import { runToolOrThrow, runToolSync } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-journal-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -141,10 +141,10 @@ describe("SqliteJournal", () => {
     // Root ignores mode bits, so as root the immutable flag stands in for them (when the
     // filesystem and chattr allow it).
     const asRoot = process.getuid?.() === 0;
-    const canChattr = asRoot && spawnSync("chattr", ["--help"]).error === undefined;
+    const canChattr = asRoot && runToolSync("chattr", ["--help"]).error === undefined;
     it.skipIf(asRoot && !canChattr)("a file the daemon may not write (permission denied)", () => {
       const file = writtenJournal();
-      if (asRoot) execFileSync("chattr", ["+i", file]);
+      if (asRoot) runToolOrThrow("chattr", ["+i", file]);
       else fs.chmodSync(file, 0o400);
       try {
         const e = refusal(file);
@@ -152,7 +152,7 @@ describe("SqliteJournal", () => {
         expect(e.message).toMatch(/cannot be opened for reading and writing \((EACCES|EPERM)/);
         expect(e.message).toMatch(/may read and write it and its directory/);
       } finally {
-        if (asRoot) execFileSync("chattr", ["-i", file]);
+        if (asRoot) runToolOrThrow("chattr", ["-i", file]);
       }
     });
   });

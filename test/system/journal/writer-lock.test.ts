@@ -5,13 +5,13 @@
  * in. A journal path that is a symbolic link is refused outright: the -wal and -mark beside
  * the link are not those beside the journal.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { refusal } from "../../support/journal-refusal.ts";
+import { startProcess, type ChildProcess } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-writer-lock-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -29,7 +29,8 @@ afterEach(async () => {
 
 /** Another process with `file` open, as a running daemon has it: resolves once it has granted token 1. */
 async function holder(file: string): Promise<ChildProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "holder-child.ts"), file], {
+  // Stopped by afterEach, which closes its stdin: the holder then closes the journal as a daemon would.
+  const child = startProcess(null, process.execPath, ["--import", "tsx", path.join(import.meta.dirname, "holder-child.ts"), file], {
     stdio: ["pipe", "pipe", "inherit"],
   });
   children.push(child);

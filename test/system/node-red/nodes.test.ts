@@ -6,7 +6,6 @@
  * node-status events), errors in Node-RED's log, outputs with the helper's nodes (or, in
  * the example flow, its debug nodes).
  */
-import { execFileSync } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { hostname, tmpdir } from "node:os";
@@ -20,6 +19,7 @@ import { startTcpProxy, type TcpProxy } from "../../support/proxy.ts";
 import { DaemonProcess, valve } from "../../support/daemon.ts";
 import { startStack, stopDaemon, Teardown, type Stack } from "../../support/stack.ts";
 import { freePort } from "../../support/ports.ts";
+import { runToolOrThrow } from "../../support/processes.ts";
 import { makePki, type Pki } from "../broker-security/pki.ts";
 import { until } from "../../support/watch.ts";
 
@@ -68,7 +68,7 @@ beforeAll(async () => {
   chmodSync(pkiDir, 0o755);
   pki = makePki(pkiDir);
   const passwordFile = join(pkiDir, "passwd");
-  execFileSync("mosquitto_passwd", ["-b", "-c", passwordFile, "plc-a", PLC_A_PASSWORD]);
+  runToolOrThrow("mosquitto_passwd", ["-b", "-c", passwordFile, "plc-a", PLC_A_PASSWORD]);
   chmodSync(passwordFile, 0o644);
   stack = await startStack(teardown, {
     name: "node-red",

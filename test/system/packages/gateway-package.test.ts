@@ -8,7 +8,6 @@
  * (npm_config_better_sqlite3_binary_host), serving this checkout's binary, built for this
  * very Node, in the layout prebuild-install asks for.
  */
-import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -18,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NODE_FLAGS } from "../../../bin/node-flags.mjs";
 import { NATIVE_PACKAGES } from "../../../src/cli/sqlite.ts";
 import { filesUnder, gatewaySourceCopy, npmPack, ROOT, run, type Run } from "../../support/packages.ts";
+import { runToolOrThrow } from "../../support/processes.ts";
 
 let dir: string;
 let prefix: string;
@@ -36,7 +36,7 @@ const SQLITE = JSON.parse(readFileSync(join(ROOT, "node_modules/better-sqlite3/p
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "fencegate-gateway-package-"));
   const archive = join(dir, "prebuilt.tar.gz");
-  execFileSync("tar", ["-czf", archive, "-C", join(ROOT, "node_modules/better-sqlite3"), "build/Release/better_sqlite3.node"]);
+  runToolOrThrow("tar", ["-czf", archive, "-C", join(ROOT, "node_modules/better-sqlite3"), "build/Release/better_sqlite3.node"]);
   const expected = `/v${SQLITE.version}/better-sqlite3-v${SQLITE.version}-node-v${process.versions.modules}-linux-${process.arch}.tar.gz`;
   prebuilt = createServer((req, res) => {
     downloads.push(req.url ?? "");
@@ -58,7 +58,7 @@ beforeAll(async () => {
   blocked = await run("npm", ["install", "-g", "--prefix", blockedPrefix, "--ignore-scripts", tarball], { cwd: dir, env });
   deployDir = join(dir, "opt-fencegate");
   mkdirSync(deployDir);
-  execFileSync("tar", ["-xzf", tarball, "-C", deployDir, "--strip-components=1"]);
+  runToolOrThrow("tar", ["-xzf", tarball, "-C", deployDir, "--strip-components=1"]);
   deployed = await run("npm", ["install", "--omit=dev"], { cwd: deployDir, env });
 }, 300_000);
 

@@ -8,7 +8,6 @@
  * shows the palette category, each node's help and the live statuses. With
  * UPDATE_SCREENSHOT=1 it writes docs/node-red-editor.png.
  */
-import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Page } from "playwright-core";
@@ -18,6 +17,7 @@ import { valve } from "../../support/daemon.ts";
 import { installNodeRedPackage, nodeRedRuntime, type InstalledPackage } from "../../support/node-red.ts";
 import { filesUnder } from "../../support/packages.ts";
 import { freePort, waitForPort } from "../../support/ports.ts";
+import { startProcess } from "../../support/processes.ts";
 import { startStack, Teardown, type Stack } from "../../support/stack.ts";
 import { until } from "../../support/watch.ts";
 
@@ -60,15 +60,13 @@ beforeAll(async () => {
     `module.exports = ${JSON.stringify({ uiPort: port, uiHost: "127.0.0.1", flowFile: "flows.json", credentialSecret: false, editorTheme: { tours: false, projects: { enabled: false } }, telemetry: { enabled: false }, logging: { console: { level: "info" } } })};\n`,
   );
   editor = `http://127.0.0.1:${port}`;
-  const nodeRed: ChildProcess = teardown.add(
-    spawn(process.execPath, [runtime.cli, "--userDir", installed.userDir, "--settings", join(installed.userDir, "settings.js")], {
-      stdio: ["ignore", "pipe", "pipe"],
-    }),
-    (c) => {
-      c.kill("SIGTERM");
-      return new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)));
-    },
-  );
+  const nodeRed = startProcess(teardown, process.execPath, [
+    runtime.cli,
+    "--userDir",
+    installed.userDir,
+    "--settings",
+    join(installed.userDir, "settings.js"),
+  ]);
   nodeRed.stdout!.on("data", (d: Buffer) => (nodeRedOutput += d.toString()));
   nodeRed.stderr!.on("data", (d: Buffer) => (nodeRedOutput += d.toString()));
   await waitForPort(port, 60_000).catch((err: Error) => {
