@@ -63,7 +63,8 @@ import { FENCED, decodeFence, encodeCommandBlock } from "../packages/protocol/sr
 import { createPtyPair, type PtyPair } from "../firmware-bridge/src/pty.ts";
 import { transactionLimitMs } from "../packages/protocol/src/rtu.ts";
 import { startSimulator, type SimulatorHandle } from "../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../test/support/daemon.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../test/support/daemon.ts";
+import { FENCEGATE_BIN } from "../test/support/processes.ts";
 import { startMosquitto, type Broker } from "../test/support/mosquitto.ts";
 import { freePort } from "../test/support/ports.ts";
 import { startSimProcess } from "../test/support/sim-process.ts";

@@ -10,8 +10,6 @@ import { FENCED, PLAIN } from "../../packages/protocol/src/modbus-profile.ts";
 import { freePort } from "./ports.ts";
 import { FENCEGATE_BIN, startProcess, type ChildProcess } from "./processes.ts";
 
-export { FENCEGATE_BIN } from "./processes.ts";
-
 export type LogLine = Record<string, any> & { msg?: string };
 
 /** The reference valve's points, as the fenced or plain profile lays them out. */

@@ -8,8 +8,6 @@ import { runTool, type Run, type RunOptions } from "./processes.ts";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 
-export type { Run } from "./processes.ts";
-
 /** A command of the install tests: npm quiet, from the checkout, with the minutes an install may take. */
 export function run(command: string, args: readonly string[], options: RunOptions = {}): Promise<Run> {
   return runTool(command, args, {

@@ -51,6 +51,14 @@ function spawnOptions(options: RunOptions) {
   };
 }
 
+/** A word for `sh -c`: single-quoted, a quote inside it closed, escaped and reopened. */
+export const shellWord = (word: string) => `'${word.replaceAll("'", `'\\''`)}'`;
+
+/** `node bin/fencegate.mjs ARGS` as one line for `sh -c` (a test that runs it inside a mount namespace, a tmpfs, a terminal). */
+export function fencegateShellCommand(args: readonly string[]): string {
+  return [process.execPath, FENCEGATE_BIN, ...args].map(shellWord).join(" ");
+}
+
 const fencegateArgs = (args: readonly string[], options: Pick<FencegateOptions, "bin">) => [options.bin ?? FENCEGATE_BIN, ...args];
 
 /** Runs `command` to its end without blocking this process's event loop. */

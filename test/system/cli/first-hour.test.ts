@@ -11,9 +11,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { prettyLine } from "../../../src/cli/pretty-log.ts";
 import { startSimulator, type SimulatorHandle } from "../../../firmware-bridge/src/simulator.ts";
-import { DaemonProcess, FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
+import { DaemonProcess, gatewayConfig, valve } from "../../support/daemon.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
-import { runFencegate, runTool, startProcess } from "../../support/processes.ts";
+import { fencegateShellCommand, runFencegate, runTool, startProcess } from "../../support/processes.ts";
 import { Teardown } from "../../support/stack.ts";
 
 const ROOT = resolve(import.meta.dirname, "../../..");
@@ -107,7 +107,7 @@ describe("the first hour", () => {
   it("logs one readable line per entry on a terminal, JSON when stdout is not one", async () => {
     const file = writeYaml("tty.yaml", setup({ journal: "tty.db" }));
     // `script` gives the daemon a terminal as its stdout, as an operator's shell would.
-    const child = startProcess(teardown, "script", ["-qfec", `${process.execPath} ${FENCEGATE_BIN} daemon --config ${file}`, "/dev/null"], {
+    const child = startProcess(teardown, "script", ["-qfec", fencegateShellCommand(["daemon", "--config", file]), "/dev/null"], {
       stdio: ["pipe", "pipe", "pipe"],
     });
     let output = "";

@@ -14,11 +14,11 @@ import { stringify } from "yaml";
 import { createPtyPair, type PtyPair } from "../../../firmware-bridge/src/pty.ts";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
 import { checkNode, runDoctor, satisfies, type Finding } from "../../../src/doctor/checks.ts";
-import { FENCEGATE_BIN, gatewayConfig, valve } from "../../support/daemon.ts";
+import { gatewayConfig, valve } from "../../support/daemon.ts";
 import { MisbehavingSlave, fencedIdentity } from "../../support/misbehaving-slave.ts";
 import { startMosquitto, type Broker } from "../../support/mosquitto.ts";
 import { freePort } from "../../support/ports.ts";
-import { nobodyCanRead, runFencegateSync, runToolOrThrow } from "../../support/processes.ts";
+import { FENCEGATE_BIN, nobodyCanRead, runFencegateSync, runToolOrThrow } from "../../support/processes.ts";
 import { Teardown } from "../../support/stack.ts";
 
 const teardown = new Teardown();

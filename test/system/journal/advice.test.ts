@@ -14,9 +14,9 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { markPath } from "../../../src/adapters/journal/mark.ts";
 import { openSqliteJournal, type SqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, fatalLine, writeUnconnectedConfig } from "../../support/daemon.ts";
+import { fatalLine, writeUnconnectedConfig } from "../../support/daemon.ts";
 import { expectOpensWhole, refusal } from "../../support/journal-refusal.ts";
-import { runToolSync } from "../../support/processes.ts";
+import { fencegateShellCommand, runToolSync } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-advice-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -62,7 +62,7 @@ function stopped(): string {
 
 /** `fencegate ARGS` with `dir` mounted read-only for it alone (a mount namespace of its own). */
 function onReadOnly(dir: string, args: string[]) {
-  const command = [process.execPath, FENCEGATE_BIN, ...args].map((a) => `'${a}'`).join(" ");
+  const command = fencegateShellCommand(args);
   return runToolSync(
     "unshare",
     [

@@ -11,9 +11,9 @@ import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { markPath, readMark } from "../../../src/adapters/journal/mark.ts";
 import { openSqliteJournal } from "../../../src/adapters/journal/sqlite.ts";
-import { FENCEGATE_BIN, writeUnconnectedConfig } from "../../support/daemon.ts";
+import { writeUnconnectedConfig } from "../../support/daemon.ts";
 import { expectOpensWhole, refusal } from "../../support/journal-refusal.ts";
-import { runToolSync } from "../../support/processes.ts";
+import { fencegateShellCommand, runToolSync, shellWord as q } from "../../support/processes.ts";
 
 const root = fs.mkdtempSync(path.join(os.tmpdir(), "fencegate-failed-start-"));
 afterAll(() => fs.rmSync(root, { recursive: true, force: true }));
@@ -51,16 +51,14 @@ describe("a start that fails", () => {
     const journal = path.join(dir, "journal.db");
     writeUnconnectedConfig(config, journal);
     const stash = crashedInto(newDir(), 3);
-    const q = (s: string) => `'${s}'`;
-    const fencegate = (...args: string[]) => [process.execPath, FENCEGATE_BIN, ...args].map(q).join(" ");
     // A small filesystem of its own, the crashed journal on it, then filled to the last byte.
     const script = [
       `mount -t tmpfs -o size=2m none ${q(dir)}`,
       `cp -p ${q(stash)} ${q(stash)}-wal ${q(stash)}-shm ${q(stash)}-mark ${q(dir)}/`,
       `dd if=/dev/zero of=${q(dir)}/filler bs=4k 2>/dev/null; true`,
-      `${fencegate("daemon", "--config", config, "--log-format", "json")}; echo "daemon-exit $?"`,
+      `${fencegateShellCommand(["daemon", "--config", config, "--log-format", "json"])}; echo "daemon-exit $?"`,
       `rm ${q(dir)}/filler`,
-      `${fencegate("journal", "recover", "--config", config, "--json")}`,
+      `${fencegateShellCommand(["journal", "recover", "--config", config, "--json"])}`,
     ].join("\n");
     const run = runToolSync("unshare", ["--mount", "--propagation", "private", "sh", "-c", script], { timeoutMs: 90_000 });
     const lines = run.stdout.split("\n").filter(Boolean);

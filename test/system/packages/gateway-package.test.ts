@@ -16,8 +16,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { NODE_FLAGS } from "../../../bin/node-flags.mjs";
 import { NATIVE_PACKAGES } from "../../../src/cli/sqlite.ts";
-import { filesUnder, gatewaySourceCopy, npmPack, ROOT, run, type Run } from "../../support/packages.ts";
-import { runToolOrThrow } from "../../support/processes.ts";
+import { filesUnder, gatewaySourceCopy, npmPack, ROOT, run } from "../../support/packages.ts";
+import { runToolOrThrow, type Run } from "../../support/processes.ts";
 
 let dir: string;
 let prefix: string;
